@@ -1,0 +1,31 @@
+"""Bytes: table schemas, order-preserving keys, row and cell values."""
+
+from encoding._keys import KeyCodec, prefix_successor
+from encoding._schema import (
+    MAX_TABLE_ID,
+    Direction,
+    KeyColumn,
+    NullOrder,
+    TableSchema,
+    ValueLayout,
+)
+from encoding._values import FORMAT_VERSION, CellCodec, RowCodec
+from encoding.errors import DecodingError, EncodingError, SchemaError, StateStoreError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_TABLE_ID",
+    "CellCodec",
+    "DecodingError",
+    "Direction",
+    "EncodingError",
+    "KeyCodec",
+    "KeyColumn",
+    "NullOrder",
+    "RowCodec",
+    "SchemaError",
+    "StateStoreError",
+    "TableSchema",
+    "ValueLayout",
+    "prefix_successor",
+]

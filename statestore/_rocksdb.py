@@ -1,0 +1,248 @@
+"""The RocksDB backend, through rocksdict in raw (bytes) mode.
+
+rocksdict raises bare ``Exception`` with text; :func:`_wrapped` is the one place
+that turns it into relstate's typed errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import rocksdict
+
+from statestore._typing import WriteOp
+from statestore.errors import (
+    BackendClosedError,
+    BackendError,
+    CorruptionError,
+    LockHeldError,
+)
+
+__all__ = ["RocksDBBackend", "RocksDBConfig"]
+
+
+@dataclass(frozen=True)
+class RocksDBConfig:
+    """RocksDB settings; :meth:`to_options` is the only place they become
+    ``rocksdict.Options``.
+
+    The block cache is shared by every backend in the process that asks for the
+    same size, as Spark's RocksDB state store shares one per executor.
+    """
+
+    block_cache_bytes: int = 64 * 1024 * 1024
+    block_size: int = 16 * 1024
+    bloom_bits_per_key: float = 10.0
+    write_buffer_bytes: int = 64 * 1024 * 1024
+    max_write_buffers: int = 3
+    compression: str = "lz4"
+    background_jobs: int = 2
+    #: The write-ahead log is off by default: durability comes from the
+    #: checkpoint, and the local database is only a cache of it.
+    disable_wal: bool = True
+
+    def to_options(self) -> rocksdict.Options:
+        """Build the rocksdict options for this configuration."""
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_max_background_jobs(self.background_jobs)
+        opts.set_write_buffer_size(self.write_buffer_bytes)
+        opts.set_max_write_buffer_number(self.max_write_buffers)
+        opts.set_compression_type(_compression(self.compression))
+        table = rocksdict.BlockBasedOptions()
+        table.set_block_cache(_shared_cache(self.block_cache_bytes))
+        table.set_block_size(self.block_size)
+        table.set_bloom_filter(self.bloom_bits_per_key, False)
+        table.set_cache_index_and_filter_blocks(True)
+        opts.set_block_based_table_factory(table)
+        return opts
+
+
+def _compression(name: str) -> rocksdict.DBCompressionType:
+    makers = {
+        "none": rocksdict.DBCompressionType.none,
+        "snappy": rocksdict.DBCompressionType.snappy,
+        "lz4": rocksdict.DBCompressionType.lz4,
+        "zstd": rocksdict.DBCompressionType.zstd,
+    }
+    if name not in makers:
+        raise ValueError(f"compression must be one of {sorted(makers)}, got {name!r}")
+    return makers[name]()
+
+
+_caches: dict[int, rocksdict.Cache] = {}
+_caches_lock = threading.Lock()
+
+
+def _shared_cache(size: int) -> rocksdict.Cache:
+    with _caches_lock:
+        cache = _caches.get(size)
+        if cache is None:
+            cache = _caches[size] = rocksdict.Cache(size)
+        return cache
+
+
+def _raise_typed(exc: Exception, action: str, path: str) -> NoReturn:
+    """Translate one rocksdict exception into a typed relstate error."""
+    text = str(exc)
+    where = f"RocksDB at {path}: {action} failed: {text}"
+    if isinstance(exc, rocksdict.DbClosedError):
+        raise BackendClosedError(f"{where}; the backend was closed") from exc
+    if "lock" in text.lower() and ("hold" in text.lower() or "LOCK" in text):
+        raise LockHeldError(
+            f"{where}; another open handle holds the lock: close it (and every "
+            "iterator on it) first"
+        ) from exc
+    if "Corruption" in text or "checksum" in text.lower():
+        raise CorruptionError(f"{where}; the local files are damaged") from exc
+    raise BackendError(where) from exc
+
+
+@contextlib.contextmanager
+def _wrapped(action: str, path: str) -> Iterator[None]:
+    try:
+        yield
+    except (BackendError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # rocksdict raises bare Exception
+        _raise_typed(exc, action, path)
+
+
+def _bounded(method: Any, lower: bytes, upper: bytes | None, path: str) -> Iterator[Any]:
+    """Iterate ``method(from_key=lower)`` below ``upper``.
+
+    The ReadOptions that carries the upper bound must outlive the iterator (its
+    bound is not copied), so this generator holds it until iteration ends.
+    """
+    read_opts = rocksdict.ReadOptions()
+    if upper is not None:
+        read_opts.set_iterate_upper_bound(upper)
+    with _wrapped("iterate", path):
+        yield from method(from_key=lower, read_opt=read_opts)
+
+
+class RocksDBBackend:
+    """A :class:`~statestore.KVBackend` on a local RocksDB directory."""
+
+    def __init__(self, path: str | os.PathLike[str], config: RocksDBConfig | None = None):
+        self.path = str(Path(path))
+        self.config = config or RocksDBConfig()
+        Path(self.path).mkdir(parents=True, exist_ok=True)
+        with _wrapped("open", self.path):
+            self._db: rocksdict.Rdict | None = rocksdict.Rdict(
+                self.path, self.config.to_options()
+            )
+        self._write_opts = rocksdict.WriteOptions()
+        self._write_opts.disable_wal = self.config.disable_wal
+
+    def _live(self) -> rocksdict.Rdict:
+        if self._db is None:
+            raise BackendClosedError(f"RocksDB at {self.path} is closed; open it again")
+        return self._db
+
+    def get(self, key: bytes) -> bytes | None:
+        db = self._live()
+        with _wrapped("get", self.path):
+            value: bytes | None = db.get(key)
+        return value
+
+    def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        db = self._live()
+        if not keys:
+            return []
+        with _wrapped("multi-get", self.path):
+            values: list[bytes | None] = db.get(list(keys))
+        return values
+
+    def write(
+        self,
+        ops: Sequence[WriteOp],
+        range_deletes: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
+        db = self._live()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for start, end in range_deletes:
+            batch.delete_range(start, end)
+        for key, value in ops:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        with _wrapped("write", self.path):
+            db.write(batch, self._write_opts)
+
+    def items(
+        self,
+        lower: bytes = b"",
+        upper: bytes | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        db = self._live()
+        if reverse:
+            return self._items_reverse(db, lower, upper)
+        return _bounded(db.items, lower, upper, self.path)
+
+    def _items_reverse(
+        self, db: rocksdict.Rdict, lower: bytes, upper: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        # rocksdict ignores a ReadOptions lower bound, so the lower end is checked
+        # here; the upper end is exclusive, so a key equal to it is skipped.
+        kwargs: dict[str, Any] = {"backwards": True}
+        if upper is not None:
+            kwargs["from_key"] = upper
+        with _wrapped("iterate", self.path):
+            it = db.items(**kwargs)
+            for key, value in it:
+                if upper is not None and key >= upper:
+                    continue
+                if key < lower:
+                    return
+                yield key, value
+
+    def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
+        db = self._live()
+        return _bounded(db.keys, lower, upper, self.path)
+
+    def checkpoint(self, directory: str | os.PathLike[str]) -> None:
+        """Write a consistent RocksDB checkpoint (hard-linked SST files) to
+        ``directory``, which must not exist yet."""
+        db = self._live()
+        with _wrapped("checkpoint", self.path):
+            db.flush()
+            rocksdict.Checkpoint(db).create_checkpoint(str(directory))
+
+    def flush(self) -> None:
+        """Write the memtables to SST files (the WAL is off: this is what makes
+        the local directory hold every write after a close)."""
+        db = self._live()
+        with _wrapped("flush", self.path):
+            db.flush()
+
+    def memory_usage(self) -> int:
+        """Bytes RocksDB holds in memory for this database (memtables and
+        table readers; the shared block cache is counted once per process)."""
+        db = self._live()
+        total = 0
+        with _wrapped("property", self.path):
+            for prop in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem"):
+                total += int(db.property_int_value(prop) or 0)
+        return total
+
+    def close(self) -> None:
+        if self._db is None:
+            return
+        db, self._db = self._db, None
+        with _wrapped("close", self.path):
+            db.close()
+
+    def __enter__(self) -> RocksDBBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

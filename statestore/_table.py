@@ -1,0 +1,639 @@
+"""StateTable: typed rows with a primary key over a KV backend.
+
+Writes go to the epoch's :class:`MemTable`; reads merge it over storage, the
+MemTable winning (seed 001's read path); :meth:`StateTable.commit` writes the
+epoch to the backend in one atomic batch.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import structlog
+
+from encoding import (
+    CellCodec,
+    EncodingError,
+    KeyCodec,
+    RowCodec,
+    TableSchema,
+    ValueLayout,
+    prefix_successor,
+)
+from statestore._memtable import KeyOp, MemTable, OpKind
+from statestore._typing import KVBackend, WriteOp
+from statestore.errors import EpochError, InconsistencyError
+
+__all__ = ["ConsistencyMode", "StateTable", "TableMetrics", "meta_key"]
+
+Row = tuple[Any, ...]
+
+#: Keys of relstate's own per-table metadata (last epoch, row count) start with
+#: the one table id that no user table may have.
+_META_PREFIX = b"\xff\xff\xff\xff"
+_META = struct.Struct(">qq")  # last committed epoch, committed row count
+
+
+def meta_key(table_id: int) -> bytes:
+    """The backend key of a table's metadata row."""
+    return _META_PREFIX + table_id.to_bytes(4, "big")
+
+
+class ConsistencyMode(enum.Enum):
+    """What a write that contradicts the table does.
+
+    ``STRICT`` raises :class:`InconsistencyError` and leaves the table as it was;
+    it reads the current row before every delete and update (and before every
+    insert, to reject one over an existing key). ``RELAXED`` lets the newest
+    operation win, logs the inconsistency, and reads nothing per write: the
+    epoch's keys are checked against storage in one multi-get at commit, which
+    keeps the row count exact.
+    """
+
+    STRICT = "strict"
+    RELAXED = "relaxed"
+
+
+@dataclass
+class TableMetrics:
+    """Counters of one table: the current epoch's operations and the row count."""
+
+    inserted: int = 0
+    deleted: int = 0
+    updated: int = 0
+    removed_by_range: int = 0
+    inconsistencies: int = 0
+    #: Rows in the table as of the last commit.
+    committed_rows: int = 0
+
+    def reset_epoch(self) -> None:
+        self.inserted = self.deleted = self.updated = 0
+        self.removed_by_range = self.inconsistencies = 0
+
+
+class StateTable:
+    """A relational state table (seed 001) over one :class:`KVBackend`.
+
+    Rows are tuples in ``schema.columns`` order; primary keys are tuples in
+    ``schema.primary_key`` order. Several tables may share a backend: the table
+    id at the front of every key keeps them apart.
+    """
+
+    def __init__(
+        self,
+        schema: TableSchema,
+        backend: KVBackend,
+        consistency: ConsistencyMode | str = ConsistencyMode.STRICT,
+        logger: Any | None = None,
+    ) -> None:
+        self.schema = schema
+        self.backend = backend
+        self.consistency = ConsistencyMode(consistency)
+        self.keys = KeyCodec(schema)
+        self.rows = RowCodec(schema)
+        self._cells = CellCodec(schema) if schema.layout is ValueLayout.CELL else None
+        # Every cell a row may have: one per value column, and the marker cell of
+        # a row written while the table had no value columns.
+        self._suffixes = tuple(i.to_bytes(2, "big") for i in schema.value_indices) + (
+            b"\xff\xff",
+        )
+        self._log = (logger or structlog.get_logger("relstate")).bind(table=schema.name)
+        self._strict = self.consistency is ConsistencyMode.STRICT
+        self._n_key = len(schema.primary_key)
+        self._key_indices = schema.key_indices
+        self._prefix = schema.prefix
+        self._upper = prefix_successor(self._prefix)
+        self._meta_key = meta_key(schema.table_id)
+        self._mem = MemTable()
+        self._range_deletes: list[tuple[bytes, bytes]] = []
+        self.metrics = TableMetrics()
+        self._last_epoch, self.metrics.committed_rows = self._read_meta()
+
+    # -- metadata ---------------------------------------------------------------
+
+    def _read_meta(self) -> tuple[int, int]:
+        raw = self.backend.get(self._meta_key)
+        if raw is None:
+            return -1, 0
+        epoch, rows = _META.unpack(raw)
+        return epoch, rows
+
+    @property
+    def last_epoch(self) -> int | None:
+        """The epoch of the last commit, or ``None`` before the first."""
+        return None if self._last_epoch < 0 else self._last_epoch
+
+    @property
+    def row_count(self) -> int:
+        """Rows in the table, the uncommitted epoch included (exact in strict
+        mode; in relaxed mode exact as of the last commit plus the epoch's
+        operations as issued)."""
+        m = self.metrics
+        return m.committed_rows + self._pending_delta()
+
+    def _pending_delta(self) -> int:
+        delta = -self.metrics.removed_by_range
+        for op in self._mem._ops.values():
+            if op.kind is OpKind.INSERT:
+                delta += 1
+            elif op.kind is OpKind.DELETE:
+                delta -= 1
+        return delta
+
+    # -- keys -------------------------------------------------------------------
+
+    def _pk(self, pk: Sequence[Any]) -> bytes:
+        if len(pk) != self._n_key:
+            raise EncodingError(
+                f"table {self.schema.name!r} has a {self._n_key}-column primary key "
+                f"{self.schema.key_names}, got {len(pk)} values {tuple(pk)!r}"
+            )
+        return self.keys.encode(pk)
+
+    def _row_key(self, row: Sequence[Any]) -> bytes:
+        return self.keys.encode([row[i] for i in self._key_indices])
+
+    def _in_range_delete(self, key: bytes) -> bool:
+        return any(lo <= key < hi for lo, hi in self._range_deletes)
+
+    # -- reads from storage ----------------------------------------------------------
+
+    def _stored(self, key: bytes) -> Row | bytes | None:
+        """The committed row at ``key``: row-layout bytes, or a tuple for the
+        cell layout; ``None`` if absent or removed by a pending range delete."""
+        if self._range_deletes and self._in_range_delete(key):
+            return None
+        if self._cells is None:
+            return self.backend.get(key)
+        suffixes = self._suffixes
+        values = self.backend.multi_get([key + s for s in suffixes])
+        return self._cells_row(key, zip(suffixes, values, strict=True))
+
+    def _stored_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
+        if self._cells is None:
+            found: list[Row | bytes | None] = list(self.backend.multi_get(keys))
+        else:
+            suffixes = self._suffixes
+            n = len(suffixes)
+            flat = self.backend.multi_get([k + s for k in keys for s in suffixes])
+            found = [
+                self._cells_row(k, zip(suffixes, flat[i * n : (i + 1) * n], strict=True))
+                for i, k in enumerate(keys)
+            ]
+        if self._range_deletes:
+            found = [None if self._in_range_delete(k) else v for k, v in zip(keys, found, strict=True)]
+        return found
+
+    def _cells_row(self, key: bytes, cells: Iterable[tuple[bytes, bytes | None]]) -> Row | None:
+        assert self._cells is not None
+        present = [(s, v) for s, v in cells if v is not None]
+        if not present:
+            return None
+        return self._cells.decode(self.keys.decode(key), present)
+
+    def _current(self, key: bytes) -> Row | bytes | None:
+        """The row at ``key`` as the epoch sees it (MemTable over storage)."""
+        op = self._mem.get(key)
+        if op is not None:
+            return op.new
+        return self._stored(key)
+
+    def _as_row(self, value: Row | bytes) -> Row:
+        return self.rows.decode(value) if isinstance(value, bytes) else value
+
+    def _as_bytes(self, value: Row | bytes) -> bytes:
+        return value if isinstance(value, bytes) else self.rows.encode(value)
+
+    def _same_row(self, current: Row | bytes, expected: bytes) -> bool:
+        """Whether a stored row equals ``expected`` (row-layout bytes).
+
+        A value written by an older schema has fewer columns, so unequal bytes
+        are compared again after decoding under the current schema.
+        """
+        if isinstance(current, bytes):
+            if current == expected:
+                return True
+            current = self.rows.decode(current)
+        return self.rows.encode(current) == expected
+
+    # -- point reads ---------------------------------------------------------------
+
+    def get_row(self, pk: Sequence[Any]) -> Row | None:
+        """The row with primary key ``pk``, or ``None``."""
+        value = self._current(self._pk(pk))
+        if value is None:
+            return None
+        return self.rows.decode(value) if isinstance(value, bytes) else value
+
+    def get_rows(self, pks: Sequence[Sequence[Any]]) -> list[Row | None]:
+        """The rows with primary keys ``pks``, in order: one multi-get for the
+        keys the MemTable does not answer."""
+        keys = [self._pk(pk) for pk in pks]
+        out: list[Row | bytes | None] = [None] * len(keys)
+        missing: list[int] = []
+        mem = self._mem
+        for i, key in enumerate(keys):
+            op = mem.get(key)
+            if op is None:
+                missing.append(i)
+            else:
+                out[i] = op.new
+        if missing:
+            stored = self._stored_many([keys[i] for i in missing])
+            for i, value in zip(missing, stored, strict=True):
+                out[i] = value
+        decode = self.rows.decode
+        return [
+            None if v is None else (decode(v) if isinstance(v, bytes) else v) for v in out
+        ]
+
+    # -- scans ----------------------------------------------------------------------
+
+    def _bounds(
+        self, prefix: Sequence[Any], start: Sequence[Any] | None, end: Sequence[Any] | None
+    ) -> tuple[bytes, bytes | None]:
+        if len(prefix) > self._n_key:
+            raise EncodingError(
+                f"scan prefix {tuple(prefix)!r} is longer than the primary key "
+                f"{self.schema.key_names} of table {self.schema.name!r}"
+            )
+        for part, label in ((start, "start"), (end, "end")):
+            if part is not None and len(prefix) + len(part) > self._n_key:
+                raise EncodingError(
+                    f"scan {label} {tuple(part)!r} after prefix {tuple(prefix)!r} is "
+                    f"longer than the primary key {self.schema.key_names}"
+                )
+        encoded_prefix = self.keys.encode(prefix)
+        lower = encoded_prefix if start is None else self.keys.encode([*prefix, *start])
+        if end is None:
+            upper = prefix_successor(encoded_prefix)
+        else:
+            upper = self.keys.encode([*prefix, *end])
+        return lower, upper
+
+    def scan(
+        self,
+        prefix: Sequence[Any] = (),
+        start: Sequence[Any] | None = None,
+        end: Sequence[Any] | None = None,
+        reverse: bool = False,
+    ) -> Iterator[Row]:
+        """Rows whose key starts with ``prefix``, in key order.
+
+        ``start`` (included) and ``end`` (excluded) bound the next key columns
+        after the prefix; ``reverse=True`` walks from the end. The MemTable's
+        operations are merged over storage as two ordered streams.
+        """
+        lower, upper = self._bounds(prefix, start, end)
+        decode = self.rows.decode
+        for _, value in self._merged(lower, upper, reverse):
+            yield decode(value) if isinstance(value, bytes) else value
+
+    def scan_batch(
+        self,
+        prefix: Sequence[Any] = (),
+        start: Sequence[Any] | None = None,
+        end: Sequence[Any] | None = None,
+        reverse: bool = False,
+    ) -> pa.RecordBatch:
+        """The rows :meth:`scan` yields, as one Arrow record batch."""
+        lower, upper = self._bounds(prefix, start, end)
+        if self._cells is not None:
+            rows = [self._as_row(v) for _, v in self._merged(lower, upper, reverse)]
+            columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.schema.columns)
+            return pa.RecordBatch.from_arrays(
+                [pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema.columns, strict=True)],
+                schema=self.schema.columns,
+            )
+        values = [v for _, v in self._merged(lower, upper, reverse)]
+        return self.rows.decode_batch(values)  # type: ignore[arg-type]
+
+    def _storage(
+        self, lower: bytes, upper: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, Row | bytes]]:
+        items = self.backend.items(lower, upper, reverse)
+        if self._range_deletes:
+            items = ((k, v) for k, v in items if not self._in_range_delete(k))
+        if self._cells is None:
+            return items
+        return self._group_cells(items, reverse)
+
+    def _group_cells(
+        self, items: Iterator[tuple[bytes, bytes]], reverse: bool
+    ) -> Iterator[tuple[bytes, Row]]:
+        cut = -self._cells.suffix_len if self._cells else 0
+        row_key: bytes | None = None
+        cells: list[tuple[bytes, bytes]] = []
+        for key, value in items:
+            rk = key[:cut]
+            if rk != row_key:
+                if row_key is not None:
+                    row = self._cells_row(row_key, cells)
+                    if row is not None:
+                        yield row_key, row
+                row_key, cells = rk, []
+            cells.append((key[cut:], value))
+        if row_key is not None:
+            row = self._cells_row(row_key, cells)
+            if row is not None:
+                yield row_key, row
+
+    def _merged(
+        self, lower: bytes, upper: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, Row | bytes]]:
+        """Merge the MemTable's range over storage's: equal keys take the
+        MemTable's row, or nothing when it deleted the key."""
+        storage = self._storage(lower, upper, reverse)
+        if not self._mem:
+            yield from storage
+            return
+        mem = self._mem.range(lower, upper, reverse)
+        m_key, m_op = next(mem, (None, None))
+        for s_key, s_val in storage:
+            while m_key is not None and (m_key > s_key if reverse else m_key < s_key):
+                assert m_op is not None
+                if m_op.new is not None:
+                    yield m_key, m_op.new
+                m_key, m_op = next(mem, (None, None))
+            if m_key == s_key:
+                assert m_op is not None
+                if m_op.new is not None:
+                    yield m_key, m_op.new
+                m_key, m_op = next(mem, (None, None))
+            else:
+                yield s_key, s_val
+        while m_key is not None:
+            assert m_op is not None
+            if m_op.new is not None:
+                yield m_key, m_op.new
+            m_key, m_op = next(mem, (None, None))
+
+    # -- writes ---------------------------------------------------------------------
+
+    def _inconsistent(self, what: str, key: bytes) -> InconsistencyError:
+        pk = self.keys.decode(key)
+        return InconsistencyError(
+            f"table {self.schema.name!r}, key {pk!r}: {what}", self.schema.name, pk
+        )
+
+    def _relaxed(self, what: str, key: bytes) -> None:
+        self.metrics.inconsistencies += 1
+        self._log.warning("state_table.inconsistency", key=repr(self.keys.decode(key)), detail=what)
+
+    def insert(self, row: Sequence[Any]) -> None:
+        """Insert ``row``; in strict mode its key must not exist."""
+        value = self.rows.encode(row)
+        key = self._row_key(row)
+        if self._strict and self._current(key) is not None:
+            raise self._inconsistent("insert over an existing row; use update", key)
+        if not self._mem.insert(key, value):
+            self._relaxed("insert over a row inserted in this epoch", key)
+        self.metrics.inserted += 1
+
+    def delete(self, row: Sequence[Any]) -> None:
+        """Delete ``row``; in strict mode it must be the stored row."""
+        value = self.rows.encode(row)
+        key = self._row_key(row)
+        if self._strict:
+            self._check_old(key, value, "delete")
+        if not self._mem.delete(key, value):
+            self._relaxed("delete of a row deleted in this epoch", key)
+        self.metrics.deleted += 1
+
+    def update(self, old: Sequence[Any], new: Sequence[Any]) -> None:
+        """Replace ``old`` by ``new`` (same primary key); in strict mode ``old``
+        must be the stored row."""
+        old_value = self.rows.encode(old)
+        new_value = self.rows.encode(new)
+        key = self._row_key(new)
+        if self._row_key(old) != key:
+            raise EncodingError(
+                f"update of table {self.schema.name!r} changes the primary key from "
+                f"{self.schema.key_of(old)!r} to {self.schema.key_of(new)!r}; "
+                "delete the old row and insert the new one instead"
+            )
+        if self._strict:
+            self._check_old(key, old_value, "update")
+        if not self._mem.update(key, old_value, new_value):
+            self._relaxed("update of a row deleted in this epoch", key)
+        self.metrics.updated += 1
+
+    def _check_old(self, key: bytes, old: bytes, action: str) -> None:
+        current = self._current(key)
+        if current is None:
+            raise self._inconsistent(f"{action} of a missing row", key)
+        if not self._same_row(current, old):
+            raise self._inconsistent(
+                f"{action} names old row {self.rows.decode(old)!r} but the table holds "
+                f"{self._as_row(current)!r}",
+                key,
+            )
+
+    def upsert(self, row: Sequence[Any]) -> None:
+        """Insert ``row``, or replace the row with its key (one read)."""
+        key = self._row_key(row)
+        value = self.rows.encode(row)
+        current = self._current(key)
+        if current is None:
+            self._mem.insert(key, value)
+            self.metrics.inserted += 1
+        else:
+            self._mem.update(key, self._as_bytes(current), value)
+            self.metrics.updated += 1
+
+    def delete_key(self, pk: Sequence[Any]) -> Row | None:
+        """Delete the row with primary key ``pk`` and return it (``None``, and
+        nothing done, if there is none)."""
+        key = self._pk(pk)
+        current = self._current(key)
+        if current is None:
+            return None
+        self._mem.delete(key, self._as_bytes(current))
+        self.metrics.deleted += 1
+        return self._as_row(current)
+
+    # -- batch writes -------------------------------------------------------------
+
+    def insert_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Insert every row of ``batch`` (columns by name); in strict mode all
+        keys must be new and distinct, else nothing is written."""
+        keys = self.keys.encode_batch(batch)
+        values = self.rows.encode_batch(batch)
+        if self._strict:
+            if len(set(keys)) != len(keys):
+                seen: set[bytes] = set()
+                dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+                raise self._inconsistent("inserted twice in one batch", dup)
+            for key, current in zip(keys, self._current_many(keys), strict=True):
+                if current is not None:
+                    raise self._inconsistent("insert over an existing row; use update", key)
+        insert = self._mem.insert
+        for key, value in zip(keys, values, strict=True):
+            if not insert(key, value):
+                self._relaxed("insert over a row inserted in this epoch", key)
+        self.metrics.inserted += len(keys)
+
+    def delete_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Delete every row of ``batch``; in strict mode each must be the stored
+        row, else nothing is written."""
+        keys = self.keys.encode_batch(batch)
+        values = self.rows.encode_batch(batch)
+        if self._strict:
+            if len(set(keys)) != len(keys):
+                raise self._inconsistent("deleted twice in one batch", keys[0])
+            for key, old, current in zip(keys, values, self._current_many(keys), strict=True):
+                if current is None:
+                    raise self._inconsistent("delete of a missing row", key)
+                if not self._same_row(current, old):
+                    raise self._inconsistent("delete names a row that differs from the stored one", key)
+        delete = self._mem.delete
+        for key, value in zip(keys, values, strict=True):
+            if not delete(key, value):
+                self._relaxed("delete of a row deleted in this epoch", key)
+        self.metrics.deleted += len(keys)
+
+    def _current_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
+        out: list[Row | bytes | None] = [None] * len(keys)
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            op = self._mem.get(key)
+            if op is None:
+                missing.append(i)
+            else:
+                out[i] = op.new
+        if missing:
+            for i, v in zip(missing, self._stored_many([keys[i] for i in missing]), strict=True):
+                out[i] = v
+        return out
+
+    # -- watermark cleaning ---------------------------------------------------------
+
+    def clean_below(self, watermark: Any) -> int:
+        """Remove every row whose first key column sorts before ``watermark`` in
+        the table's key order (nulls included when they sort first).
+
+        Storage is cleared by one range delete at commit; the rows are counted
+        with a key-only iteration so that the row count stays exact. Returns the
+        number of rows removed.
+        """
+        lower, upper = self._prefix, self.keys.encode([watermark])
+        dropped = self._mem.drop_range(lower, upper)
+        # Rows visible before the clean: the pending ones that exist, and the
+        # stored ones that no pending operation shadows. Strict mode knows from
+        # the op kind whether a key is stored; relaxed mode asks storage once.
+        if self._strict:
+            shadowed = sum(1 for _, op in dropped if op.kind is not OpKind.INSERT)
+        else:
+            found = self._stored_many([k for k, _ in dropped])
+            shadowed = sum(1 for v in found if v is not None)
+        pending = sum(1 for _, op in dropped if op.new is not None)
+        stored = self._count_stored(lower, upper)
+        self._range_deletes.append((lower, upper))
+        self.metrics.removed_by_range += stored
+        return pending + stored - shadowed
+
+    def _count_stored(self, lower: bytes, upper: bytes) -> int:
+        keys = self.backend.keys(lower, upper)
+        if self._range_deletes:
+            keys = (k for k in keys if not self._in_range_delete(k))
+        if self._cells is None:
+            return sum(1 for _ in keys)
+        cut = -self._cells.suffix_len
+        count, last = 0, None
+        for k in keys:
+            if k[:cut] != last:
+                count, last = count + 1, k[:cut]
+        return count
+
+    # -- commit ---------------------------------------------------------------------
+
+    def prepare_commit(self, epoch: int) -> tuple[list[WriteOp], list[tuple[bytes, bytes]]]:
+        """The backend writes that commit this epoch (the MemTable's net
+        operations, the metadata row, the range deletes), without writing them.
+
+        A state store calls this for each of its tables and writes all of them in
+        one batch; :meth:`commit` does it for this table alone.
+        """
+        if epoch <= self._last_epoch:
+            raise EpochError(
+                f"table {self.schema.name!r}: epoch {epoch} is not above the last "
+                f"committed epoch {self._last_epoch}; epochs must increase"
+            )
+        if not self._strict:
+            self._verify_relaxed()
+        ops: list[WriteOp] = []
+        if self._cells is None:
+            ops.extend((k, op.new) for k, op in self._mem.items())
+        else:
+            for key, op in self._mem.items():
+                ops.extend(self._cell_ops(key, op))
+        rows = self.metrics.committed_rows + self._pending_delta()
+        ops.append((self._meta_key, _META.pack(epoch, rows)))
+        return ops, list(self._range_deletes)
+
+    def _cell_ops(self, key: bytes, op: KeyOp) -> Iterator[WriteOp]:
+        assert self._cells is not None
+        if op.new is None:
+            # Every cell the row may have, written under any schema so far.
+            for suffix in self._suffixes:
+                yield key + suffix, None
+            return
+        for suffix, cell in self._cells.encode(self.rows.decode(op.new)):
+            yield key + suffix, cell
+
+    def _verify_relaxed(self) -> None:
+        """Turn the epoch's operations into ones that agree with storage, with
+        one multi-get, so that the row count stays exact; log what disagreed."""
+        entries = list(self._mem.items())
+        if not entries:
+            return
+        stored = self._stored_many([k for k, _ in entries])
+        for (key, op), current in zip(entries, stored, strict=True):
+            exists = current is not None
+            if op.kind is OpKind.INSERT and exists:
+                assert current is not None and op.new is not None
+                self._mem._ops[key] = KeyOp(OpKind.UPDATE, self._as_bytes(current), op.new)
+                self._relaxed("insert over a committed row", key)
+            elif op.kind is OpKind.DELETE and not exists:
+                self._mem._drop(key)
+                self._relaxed("delete of a row that is not committed", key)
+            elif op.kind is OpKind.UPDATE and not exists:
+                assert op.new is not None
+                self._mem._ops[key] = KeyOp(OpKind.INSERT, None, op.new)
+                self._relaxed("update of a row that is not committed", key)
+
+    def finish_commit(self, epoch: int) -> None:
+        """Record that the writes of :meth:`prepare_commit` are durable."""
+        self.metrics.committed_rows += self._pending_delta()
+        self._last_epoch = epoch
+        self._mem.clear()
+        self._range_deletes = []
+        self.metrics.reset_epoch()
+
+    def commit(self, epoch: int) -> None:
+        """Write the epoch to the backend in one atomic batch."""
+        ops, range_deletes = self.prepare_commit(epoch)
+        self.backend.write(ops, range_deletes)
+        self.finish_commit(epoch)
+
+    def abort(self) -> None:
+        """Drop the epoch's uncommitted operations."""
+        self._mem.clear()
+        self._range_deletes = []
+        self.metrics.reset_epoch()
+
+    def reload(self) -> None:
+        """Drop the epoch and re-read the metadata from the backend (after the
+        backend was restored to another version)."""
+        self.abort()
+        self._last_epoch, self.metrics.committed_rows = self._read_meta()
+
+    @property
+    def pending(self) -> int:
+        """Keys the uncommitted epoch touches."""
+        return len(self._mem)

@@ -1,0 +1,105 @@
+"""Errors of the state-store layer, all rooted at :class:`StateStoreError`."""
+
+from __future__ import annotations
+
+from encoding.errors import StateStoreError
+
+__all__ = [
+    "AmbiguousVersionError",
+    "BackendClosedError",
+    "BackendError",
+    "CheckpointCorruptError",
+    "CorruptionError",
+    "EpochError",
+    "IncompatibleStateError",
+    "InconsistencyError",
+    "LockHeldError",
+    "StateStoreError",
+    "StoreStateError",
+    "VersionNotFoundError",
+    "WinnerConflictError",
+]
+
+
+class BackendError(StateStoreError):
+    """The key-value backend failed; the text carries the backend's own message."""
+
+
+class LockHeldError(BackendError):
+    """Another handle (in this process or another) holds the database's lock."""
+
+
+class CorruptionError(BackendError):
+    """The backend found damaged data on disk."""
+
+
+class BackendClosedError(BackendError):
+    """The backend was used after ``close()``."""
+
+
+class InconsistencyError(StateStoreError):
+    """An operation contradicts the table's contents: an insert over an existing
+    key, a delete or update of a missing key, or an old row that does not match
+    what is stored. Raised in strict consistency mode."""
+
+    def __init__(self, message: str, table: str, key: tuple[object, ...]) -> None:
+        super().__init__(message)
+        self.table = table
+        self.key = key
+
+
+class EpochError(StateStoreError, ValueError):
+    """A commit named an epoch that is not above the last committed one."""
+
+
+class CheckpointCorruptError(CorruptionError):
+    """A checkpoint file is missing, truncated or altered: its size or checksum
+    differs from what the manifest that names it records, or it does not parse.
+
+    ``path`` is the file (as the checkpoint filesystem spells it) and ``version``
+    the version whose load or commit needed it.
+    """
+
+    def __init__(self, message: str, path: str, version: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.version = version
+
+
+class VersionNotFoundError(StateStoreError, KeyError):
+    """No committed version with that number (and commit id) is in the
+    checkpoint: it was never committed, or retention removed it."""
+
+    def __init__(self, message: str, version: int, commit_id: str | None = None) -> None:
+        super().__init__(message)
+        self.version = version
+        self.commit_id = commit_id
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class AmbiguousVersionError(StateStoreError, LookupError):
+    """Several commits of one version exist (a retried or speculative attempt)
+    and nothing says which counts: name one with ``commit_id`` or
+    :meth:`~statestore.StateStore.record_winner`."""
+
+    def __init__(self, message: str, version: int, commit_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.version = version
+        self.commit_ids = commit_ids
+
+
+class WinnerConflictError(StateStoreError, ValueError):
+    """A version's winning commit was already recorded as another commit."""
+
+
+class IncompatibleStateError(StateStoreError, ValueError):
+    """The checkpoint was written with metadata this store cannot continue from:
+    another partition count, a changed key, a removed or retyped column."""
+
+
+class StoreStateError(StateStoreError, RuntimeError):
+    """A state store call came at the wrong moment: before :meth:`load`, after
+    :meth:`close`, or after a failed commit that was neither aborted nor
+    followed by a load."""

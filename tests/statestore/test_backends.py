@@ -1,0 +1,124 @@
+"""The KV backend protocol, run against every backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from statestore import (
+    BackendClosedError,
+    KVBackend,
+    LockHeldError,
+    MemoryBackend,
+    RocksDBBackend,
+    StateStoreError,
+)
+
+
+def _fill(backend: KVBackend, n: int = 10) -> None:
+    backend.write([(bytes([1, i]), b"v%d" % i) for i in range(n)])
+
+
+class TestKVBackend:
+    def test_protocol(self, backend: KVBackend) -> None:
+        """Every backend satisfies the KVBackend protocol."""
+        assert isinstance(backend, KVBackend)
+
+    def test_get_and_multi_get(self, backend: KVBackend) -> None:
+        """get returns the value or None; multi_get answers in order."""
+        _fill(backend)
+        assert backend.get(bytes([1, 3])) == b"v3"
+        assert backend.get(b"missing") is None
+        assert backend.multi_get([bytes([1, 2]), b"x", bytes([1, 9])]) == [b"v2", None, b"v9"]
+        assert backend.multi_get([]) == []
+
+    def test_write_is_puts_and_deletes(self, backend: KVBackend) -> None:
+        """A batch applies puts and deletes (value None) together."""
+        _fill(backend)
+        backend.write([(bytes([1, 0]), None), (bytes([1, 1]), b"new"), (b"\x02", b"z")])
+        assert backend.get(bytes([1, 0])) is None
+        assert backend.get(bytes([1, 1])) == b"new"
+        assert backend.get(b"\x02") == b"z"
+
+    def test_range_delete_before_puts(self, backend: KVBackend) -> None:
+        """A range delete removes [start, end) and applies before the batch's puts."""
+        _fill(backend)
+        backend.write([(bytes([1, 4]), b"again")], [(bytes([1, 3]), bytes([1, 6]))])
+        keys = [k[1] for k in backend.keys()]
+        assert keys == [0, 1, 2, 4, 6, 7, 8, 9]
+        assert backend.get(bytes([1, 4])) == b"again"
+
+    def test_forward_iteration_bounds(self, backend: KVBackend) -> None:
+        """items() includes the lower bound and excludes the upper one."""
+        _fill(backend)
+        got = [k[1] for k, _ in backend.items(bytes([1, 2]), bytes([1, 5]))]
+        assert got == [2, 3, 4]
+        assert [k[1] for k, _ in backend.items(bytes([1, 8]))] == [8, 9]
+
+    def test_reverse_iteration_bounds(self, backend: KVBackend) -> None:
+        """Reverse items() walks down from below the upper bound to the lower one."""
+        _fill(backend)
+        got = [k[1] for k, _ in backend.items(bytes([1, 2]), bytes([1, 5]), reverse=True)]
+        assert got == [4, 3, 2]
+        everything = [k[1] for k, _ in backend.items(reverse=True)]
+        assert everything == list(range(9, -1, -1))
+
+    def test_keys_bounds(self, backend: KVBackend) -> None:
+        """keys() iterates keys only, within the same half-open bounds."""
+        _fill(backend)
+        assert [k[1] for k in backend.keys(bytes([1, 7]), bytes([1, 9]))] == [7, 8]
+
+    def test_closed_backend_raises(self, backend: KVBackend) -> None:
+        """Using a closed backend raises BackendClosedError."""
+        backend.close()
+        with pytest.raises(BackendClosedError):
+            backend.get(b"a")
+        with pytest.raises(StateStoreError):
+            backend.write([(b"a", b"b")])
+
+
+class TestRocksDBBackend:
+    def test_second_handle_is_lock_held(self, tmp_path: Path) -> None:
+        """Opening a directory another handle holds raises LockHeldError."""
+        first = RocksDBBackend(tmp_path / "db")
+        try:
+            with pytest.raises(LockHeldError, match="lock"):
+                RocksDBBackend(tmp_path / "db")
+        finally:
+            first.close()
+
+    def test_data_survives_reopen(self, tmp_path: Path) -> None:
+        """Written data is there after close and reopen, with the WAL off."""
+        with RocksDBBackend(tmp_path / "db") as db:
+            _fill(db)
+        with RocksDBBackend(tmp_path / "db") as db:
+            assert db.get(bytes([1, 5])) == b"v5"
+
+    def test_iterator_outlives_garbage_collection(self, tmp_path: Path) -> None:
+        """An iterator keeps its upper bound alive (rocksdict does not copy it)."""
+        import gc
+
+        with RocksDBBackend(tmp_path / "db") as db:
+            _fill(db)
+            it = db.items(bytes([1, 2]), bytes([1, 8]))
+            gc.collect()
+            assert [k[1] for k, _ in it] == [2, 3, 4, 5, 6, 7]
+
+    def test_checkpoint_copies_state(self, tmp_path: Path) -> None:
+        """checkpoint() writes a directory that opens as the same database."""
+        with RocksDBBackend(tmp_path / "db") as db:
+            _fill(db)
+            db.checkpoint(tmp_path / "cp")
+        with RocksDBBackend(tmp_path / "cp") as cp:
+            assert cp.get(bytes([1, 9])) == b"v9"
+
+
+class TestMemoryBackend:
+    def test_iteration_is_a_snapshot(self) -> None:
+        """Writes during an iteration do not change what it yields."""
+        db = MemoryBackend()
+        _fill(db, 3)
+        it = db.items()
+        db.write([(bytes([1, 0]), None), (bytes([1, 5]), b"x")])
+        assert [k[1] for k, _ in it] == [0, 1, 2]

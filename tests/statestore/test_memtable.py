@@ -1,0 +1,94 @@
+"""The MemTable merge rules (RisingWave's table, in statestore/_memtable.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from statestore import KeyOp, MemTable, OpKind
+
+K = b"k"
+
+
+def _after(*ops: tuple[str, bytes | None, bytes | None]) -> tuple[KeyOp | None, list[bool]]:
+    mem = MemTable()
+    results = []
+    for name, a, b in ops:
+        if name == "insert":
+            assert b is not None
+            results.append(mem.insert(K, b))
+        elif name == "delete":
+            assert a is not None
+            results.append(mem.delete(K, a))
+        else:
+            assert a is not None and b is not None
+            results.append(mem.update(K, a, b))
+    return mem.get(K), results
+
+
+class TestMemTable:
+    @pytest.mark.parametrize(
+        ("ops", "expected"),
+        [
+            ([("insert", None, b"v")], KeyOp(OpKind.INSERT, None, b"v")),
+            ([("delete", b"o", None)], KeyOp(OpKind.DELETE, b"o", None)),
+            ([("update", b"o", b"n")], KeyOp(OpKind.UPDATE, b"o", b"n")),
+            ([("insert", None, b"a"), ("delete", b"a", None)], None),
+            ([("insert", None, b"a"), ("update", b"a", b"n")], KeyOp(OpKind.INSERT, None, b"n")),
+            ([("delete", b"a", None), ("insert", None, b"v")], KeyOp(OpKind.UPDATE, b"a", b"v")),
+            ([("update", b"a", b"b"), ("delete", b"b", None)], KeyOp(OpKind.DELETE, b"a", None)),
+            (
+                [("update", b"a", b"b"), ("update", b"b", b"n")],
+                KeyOp(OpKind.UPDATE, b"a", b"n"),
+            ),
+        ],
+    )
+    def test_consistent_merges(
+        self, ops: list[tuple[str, bytes | None, bytes | None]], expected: KeyOp | None
+    ) -> None:
+        """Each consistent cell of the merge table gives the documented net op."""
+        op, results = _after(*ops)
+        assert op == expected
+        assert all(results)
+
+    @pytest.mark.parametrize(
+        ("ops", "expected"),
+        [
+            ([("insert", None, b"a"), ("insert", None, b"v")], KeyOp(OpKind.INSERT, None, b"v")),
+            ([("delete", b"a", None), ("delete", b"a", None)], KeyOp(OpKind.DELETE, b"a", None)),
+            (
+                [("delete", b"a", None), ("update", b"a", b"n")],
+                KeyOp(OpKind.UPDATE, b"a", b"n"),
+            ),
+            (
+                [("update", b"a", b"b"), ("insert", None, b"v")],
+                KeyOp(OpKind.UPDATE, b"a", b"v"),
+            ),
+        ],
+    )
+    def test_conflicts_report_and_newest_wins(
+        self, ops: list[tuple[str, bytes | None, bytes | None]], expected: KeyOp
+    ) -> None:
+        """Each error cell of the merge table returns False and keeps the newest row."""
+        op, results = _after(*ops)
+        assert op == expected
+        assert results[-1] is False
+
+    def test_range_is_ordered_and_bounded(self) -> None:
+        """range() yields keys in [lower, upper) in order, reversed on request."""
+        mem = MemTable()
+        for k in (b"c", b"a", b"e", b"b"):
+            mem.insert(k, k)
+        assert [k for k, _ in mem.range(b"b", b"e")] == [b"b", b"c"]
+        assert [k for k, _ in mem.range(b"", None, reverse=True)] == [b"e", b"c", b"b", b"a"]
+        mem.insert(b"d", b"d")
+        mem.delete(b"c", b"c")
+        assert [k for k, _ in mem.range(b"", None)] == [b"a", b"b", b"d", b"e"]
+
+    def test_drop_range(self) -> None:
+        """drop_range removes and returns the operations in [lower, upper)."""
+        mem = MemTable()
+        for k in (b"a", b"b", b"c"):
+            mem.insert(k, k)
+        dropped = mem.drop_range(b"a", b"c")
+        assert [k for k, _ in dropped] == [b"a", b"b"]
+        assert len(mem) == 1 and b"c" in mem

@@ -1,0 +1,288 @@
+"""StateTable behaviour, run against every backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import structlog
+
+from encoding import Direction, EncodingError, KeyColumn, TableSchema
+from statestore import (
+    ConsistencyMode,
+    EpochError,
+    InconsistencyError,
+    KVBackend,
+    StateTable,
+)
+from tests.conftest import BackendFactory, reopen
+
+THREE = pa.schema([("pk", pa.int64()), ("b", pa.int64()), ("c", pa.int64())])
+
+
+def _table(
+    backend: KVBackend,
+    layout: str = "row",
+    consistency: str = "strict",
+    table_id: int = 1,
+    columns: pa.Schema = THREE,
+    key: tuple[Any, ...] = ("pk",),
+) -> StateTable:
+    schema = TableSchema(table_id, columns, key, layout=layout)
+    return StateTable(schema, backend, consistency=consistency)
+
+
+@pytest.fixture(params=["row", "cell"])
+def layout(request: pytest.FixtureRequest) -> str:
+    """Each value layout."""
+    return str(request.param)
+
+
+class TestSeedCases:
+    def test_get_and_scan_merge_memtable_over_storage(self, backend: KVBackend, layout: str) -> None:
+        """Seed 001's read path: committed rows, MemTable overrides, deletes hidden."""
+        t = _table(backend, layout)
+        t.insert((1, 11, 111))
+        t.insert((2, 22, 222))
+        t.delete((2, 22, 222))
+        t.insert((3, 33, 333))
+        t.commit(1)
+        t.update((3, 33, 333), (3, 3333, 3333))
+        for _ in range(2):
+            assert t.get_row((1,)) == (1, 11, 111)
+            assert t.get_row((2,)) is None
+            assert t.get_row((3,)) == (3, 3333, 3333)
+            assert list(t.scan()) == [(1, 11, 111), (3, 3333, 3333)]
+            t.commit(2) if t.last_epoch == 1 else None
+
+    def test_relaxed_delete_then_insert_is_update(self, backend: KVBackend, layout: str) -> None:
+        """Relaxed mode: delete + insert of one key in an epoch becomes its new row."""
+        cols = pa.schema([(n, pa.int64()) for n in ("a", "b", "c", "d")])
+        t = _table(backend, layout, "relaxed", columns=cols, key=("a",))
+        t.insert((6, 66, 666, 6666))
+        t.insert((7, None, 777, None))
+        t.commit(1)
+        t.delete((6, 66, 666, 6666))
+        t.insert((6, None, None, 6666))
+        t.delete((7, None, 777, None))
+        t.insert((7, 77, 7777, None))
+        for epoch in (None, 2):
+            if epoch is not None:
+                t.commit(epoch)
+            assert t.get_row((6,)) == (6, None, None, 6666)
+            assert t.get_row((7,)) == (7, 77, 7777, None)
+        assert t.row_count == 2 and t.metrics.inconsistencies == 0
+
+    def test_strict_double_insert_raises(self, backend: KVBackend, layout: str) -> None:
+        """Strict mode: a second insert of a key in one epoch is an inconsistency."""
+        t = _table(backend, layout)
+        t.insert((1, 1, 1))
+        with pytest.raises(InconsistencyError) as info:
+            t.insert((1, 2, 2))
+        assert info.value.key == (1,)
+        assert t.get_row((1,)) == (1, 1, 1)
+
+
+class TestConsistency:
+    def test_strict_checks_committed_storage(self, backend: KVBackend, layout: str) -> None:
+        """Strict checks see committed rows: insert over one, delete/update of a
+        missing one, and a wrong old row all raise and change nothing."""
+        t = _table(backend, layout)
+        t.insert((1, 1, 1))
+        t.commit(1)
+        with pytest.raises(InconsistencyError, match="existing"):
+            t.insert((1, 9, 9))
+        with pytest.raises(InconsistencyError, match="missing"):
+            t.delete((2, 2, 2))
+        with pytest.raises(InconsistencyError, match="missing"):
+            t.update((2, 2, 2), (2, 3, 3))
+        with pytest.raises(InconsistencyError, match="holds"):
+            t.delete((1, 5, 5))
+        with pytest.raises(InconsistencyError, match="holds"):
+            t.update((1, 5, 5), (1, 6, 6))
+        assert t.pending == 0
+        assert t.get_row((1,)) == (1, 1, 1)
+
+    def test_strict_batch_is_all_or_nothing(self, backend: KVBackend, layout: str) -> None:
+        """A strict batch insert with one existing key writes none of its rows."""
+        t = _table(backend, layout)
+        t.insert((2, 2, 2))
+        t.commit(1)
+        batch = pa.RecordBatch.from_pylist(
+            [{"pk": 1, "b": 1, "c": 1}, {"pk": 2, "b": 2, "c": 2}], schema=THREE
+        )
+        with pytest.raises(InconsistencyError):
+            t.insert_batch(batch)
+        assert t.get_row((1,)) is None and t.pending == 0
+
+    def test_relaxed_newest_wins_and_logs(self, backend: KVBackend, layout: str) -> None:
+        """Relaxed mode: an insert over a committed row replaces it, is logged,
+        and the row count stays exact."""
+        t = _table(backend, layout, "relaxed")
+        t.insert((1, 1, 1))
+        t.commit(1)
+        with structlog.testing.capture_logs() as logs:
+            t.insert((1, 2, 2))
+            t.delete((5, 5, 5))
+            t.commit(2)
+        assert t.get_row((1,)) == (1, 2, 2)
+        assert t.row_count == 1
+        events = [e for e in logs if e["event"] == "state_table.inconsistency"]
+        assert len(events) == 2
+
+
+class TestScan:
+    COLS = pa.schema([("jk", pa.int32()), ("pk", pa.string()), ("v", pa.float64())])
+
+    def _fill(self, backend: KVBackend, layout: str) -> StateTable:
+        t = _table(backend, layout, columns=self.COLS, key=("jk", "pk"))
+        for jk in range(4):
+            for pk in "abcd":
+                t.insert((jk, pk, float(jk)))
+        t.commit(1)
+        t.insert((1, "bb", 9.0))
+        t.delete((1, "c", 1.0))
+        t.update((2, "a", 2.0), (2, "a", 7.0))
+        return t
+
+    def test_prefix_scan(self, backend: KVBackend, layout: str) -> None:
+        """A prefix scan yields exactly that join key's rows, merged, in order."""
+        t = self._fill(backend, layout)
+        assert [r[1] for r in t.scan((1,))] == ["a", "b", "bb", "d"]
+        assert list(t.scan((2,)))[0] == (2, "a", 7.0)
+
+    def test_reverse_prefix_scan(self, backend: KVBackend, layout: str) -> None:
+        """reverse=True yields the same rows from the end."""
+        t = self._fill(backend, layout)
+        assert [r[1] for r in t.scan((1,), reverse=True)] == ["d", "bb", "b", "a"]
+
+    def test_sub_range(self, backend: KVBackend, layout: str) -> None:
+        """start (included) and end (excluded) bound the next key column."""
+        t = self._fill(backend, layout)
+        assert [r[1] for r in t.scan((1,), start=("b",), end=("d",))] == ["b", "bb"]
+        assert [r[0] for r in t.scan(start=(2,))][:1] == [2]
+        assert {r[0] for r in t.scan(start=(1,), end=(3,))} == {1, 2}
+
+    def test_scan_batch_matches_scan(self, backend: KVBackend, layout: str) -> None:
+        """scan_batch gives scan's rows as an Arrow batch with the table's types."""
+        t = self._fill(backend, layout)
+        batch = t.scan_batch((1,))
+        assert batch.schema == self.COLS
+        assert [tuple(r.values()) for r in batch.to_pylist()] == list(t.scan((1,)))
+
+    def test_descending_key(self, backend: KVBackend, layout: str) -> None:
+        """A descending key column scans from the largest value."""
+        cols = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+        t = _table(backend, layout, columns=cols, key=(KeyColumn("k", Direction.DESC),))
+        for k in (3, 1, 2):
+            t.insert((k, k))
+        assert [r[0] for r in t.scan()] == [3, 2, 1]
+
+
+class TestTables:
+    def test_tables_share_a_backend(self, backend: KVBackend, layout: str) -> None:
+        """Two tables on one backend see only their own rows."""
+        a = _table(backend, layout, table_id=1)
+        b = _table(backend, layout, table_id=2)
+        a.insert((1, 1, 1))
+        b.insert((1, 2, 2))
+        a.commit(1)
+        b.commit(1)
+        assert list(a.scan()) == [(1, 1, 1)]
+        assert list(b.scan()) == [(1, 2, 2)]
+        assert a.row_count == b.row_count == 1
+
+    def test_epochs_must_increase(self, backend: KVBackend) -> None:
+        """A commit whose epoch is not above the last raises EpochError."""
+        t = _table(backend)
+        t.commit(5)
+        with pytest.raises(EpochError, match="not above"):
+            t.commit(5)
+        with pytest.raises(EpochError):
+            t.commit(4)
+
+    def test_state_survives_reopen(self, backend_factory: BackendFactory, layout: str) -> None:
+        """Rows, the last epoch and the row count survive reopening the backend."""
+        backend = backend_factory()
+        t = _table(backend, layout)
+        for i in range(5):
+            t.insert((i, i, i))
+        t.commit(3)
+        backend = reopen(backend)
+        t = _table(backend, layout)
+        assert t.last_epoch == 3 and t.row_count == 5
+        assert t.get_rows([(0,), (4,), (9,)]) == [(0, 0, 0), (4, 4, 4), None]
+        backend.close()
+
+    def test_abort_drops_the_epoch(self, backend: KVBackend, layout: str) -> None:
+        """abort() forgets uncommitted writes."""
+        t = _table(backend, layout)
+        t.insert((1, 1, 1))
+        t.commit(1)
+        t.delete((1, 1, 1))
+        t.abort()
+        assert t.get_row((1,)) == (1, 1, 1)
+
+
+class TestCleanBelow:
+    def test_removes_rows_below_watermark(self, backend: KVBackend, layout: str) -> None:
+        """clean_below removes committed and pending rows whose first key column
+        is below the watermark, keeps the rest, and keeps the count exact."""
+        cols = pa.schema([("ts", pa.int64()), ("id", pa.int64()), ("v", pa.int64())])
+        t = _table(backend, layout, columns=cols, key=("ts", "id"))
+        for ts in range(10):
+            t.insert((ts, 0, ts))
+        t.commit(1)
+        t.insert((2, 1, 0))  # pending, below the watermark
+        t.delete((3, 0, 3))  # pending delete of a committed row below it
+        t.insert((8, 1, 0))
+        assert t.clean_below(5) == 5
+        assert [r[0] for r in t.scan()] == [5, 6, 7, 8, 8, 9]
+        assert t.row_count == 6
+        t.insert((1, 5, 5))  # written after the clean: survives it
+        t.commit(2)
+        assert [r[0] for r in t.scan()] == [1, 5, 6, 7, 8, 8, 9]
+        assert t.row_count == 7
+        assert t.get_row((0, 0)) is None
+
+
+class TestBadInput:
+    def test_wrong_length_row(self, backend: KVBackend, layout: str) -> None:
+        """A row of the wrong length raises EncodingError and writes nothing."""
+        t = _table(backend, layout)
+        with pytest.raises(EncodingError):
+            t.insert((1, 2))
+        assert t.pending == 0
+
+    def test_wrong_type(self, backend: KVBackend, layout: str) -> None:
+        """A value of the wrong type raises EncodingError and writes nothing."""
+        t = _table(backend, layout)
+        with pytest.raises(EncodingError):
+            t.insert((1, "two", 3))
+        assert t.pending == 0
+
+    def test_null_in_non_nullable_column(self, backend: KVBackend, layout: str) -> None:
+        """A null where the schema forbids it raises EncodingError."""
+        cols = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)])
+        t = _table(backend, layout, columns=cols, key=("k",))
+        with pytest.raises(EncodingError):
+            t.insert((1, None))
+        with pytest.raises(EncodingError):
+            t.insert((None, 1))
+        assert t.pending == 0
+
+    def test_wrong_key_arity(self, backend: KVBackend, layout: str) -> None:
+        """get_row with too few or too many key values raises EncodingError."""
+        t = _table(backend, layout)
+        with pytest.raises(EncodingError, match="primary key"):
+            t.get_row(())
+        with pytest.raises(EncodingError, match="primary key"):
+            t.get_row((1, 2))
+
+    def test_update_may_not_change_key(self, backend: KVBackend, layout: str) -> None:
+        """An update whose rows have different keys raises EncodingError."""
+        t = _table(backend, layout)
+        t.insert((1, 1, 1))
+        with pytest.raises(EncodingError, match="primary key"):
+            t.update((1, 1, 1), (2, 1, 1))

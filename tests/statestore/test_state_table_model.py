@@ -1,0 +1,168 @@
+"""StateTable against a dict model over random operations, commits, scans and
+reopens, on every backend and layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from encoding import Direction, KeyCodec, KeyColumn, NullOrder, TableSchema
+from statestore import InconsistencyError, KVBackend, StateTable
+from tests.conftest import BackendFactory, reopen
+
+COLUMNS = pa.schema(
+    [
+        ("a", pa.int8()),
+        ("b", pa.string()),
+        ("v", pa.int64()),
+        ("w", pa.string()),
+    ]
+)
+A = st.one_of(st.none(), st.integers(-3, 3))
+B = st.sampled_from(["", "x", "x\x00", "xy", "y"])
+V = st.one_of(st.none(), st.integers(-5, 5))
+W = st.one_of(st.none(), st.sampled_from(["p", "q"]))
+ROWS = st.tuples(A, B, V, W)
+
+OPS = st.one_of(
+    st.tuples(st.just("insert"), ROWS),
+    st.tuples(st.just("delete"), ROWS),
+    st.tuples(st.just("update"), ROWS),
+    st.tuples(st.just("upsert"), ROWS),
+    st.tuples(st.just("delete_key"), ROWS),
+    st.tuples(st.just("get"), ROWS),
+    st.tuples(st.just("get_rows"), st.lists(ROWS, max_size=4)),
+    st.tuples(st.just("scan"), st.tuples(st.integers(0, 2), A, B, st.booleans(), st.booleans())),
+    st.tuples(st.just("clean"), A),
+    st.just(("commit", None)),
+    st.just(("abort", None)),
+    st.just(("reopen", None)),
+)
+
+SCHEMAS = st.builds(
+    lambda da, na, db, layout: TableSchema(
+        3, COLUMNS, (KeyColumn("a", da, na), KeyColumn("b", db)), layout=layout
+    ),
+    st.sampled_from(list(Direction)),
+    st.sampled_from(list(NullOrder)),
+    st.sampled_from(list(Direction)),
+    st.sampled_from(["row", "cell"]),
+)
+
+
+class Model:
+    """What the table should hold: committed rows and the epoch's view."""
+
+    def __init__(self) -> None:
+        self.committed: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.current: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return row[:2]
+
+
+class TestStateTableModel:
+    @pytest.mark.parametrize("consistency", ["strict", "relaxed"])
+    @given(schema=SCHEMAS, ops=st.lists(OPS, max_size=60))
+    def test_matches_dict_model(
+        self,
+        backend_factory: BackendFactory,
+        consistency: str,
+        schema: TableSchema,
+        ops: list[tuple[str, Any]],
+    ) -> None:
+        """Every read equals the model's; strict inconsistencies raise and change
+        nothing; commits, aborts, cleans and reopens keep the model's state."""
+        backend: KVBackend = backend_factory()
+        table = StateTable(schema, backend, consistency=consistency)
+        keys = KeyCodec(schema)
+        model = Model()
+        epoch = 0
+        strict = consistency == "strict"
+
+        def ordered(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+            return sorted(rows, key=lambda r: keys.encode(_key(r)))
+
+        for name, arg in ops:
+            cur = model.current
+            if name in ("insert", "delete", "update"):
+                row = arg
+                k = _key(row)
+                stored = cur.get(k)
+                ok = {
+                    "insert": stored is None,
+                    "delete": stored == row,
+                    "update": stored is not None,
+                }[name]
+                if name == "update" and stored is not None:
+                    old, new = stored, row
+                elif name == "update":
+                    old, new = row, row
+                if strict and not ok:
+                    with pytest.raises(InconsistencyError):
+                        _apply(table, name, row, old if name == "update" else None)
+                else:
+                    _apply(table, name, row, old if name == "update" else None)
+                    if name == "delete":
+                        cur.pop(k, None)
+                    else:
+                        cur[k] = new if name == "update" else row
+            elif name == "upsert":
+                table.upsert(arg)
+                cur[_key(arg)] = arg
+            elif name == "delete_key":
+                assert table.delete_key(_key(arg)) == cur.pop(_key(arg), None)
+            elif name == "get":
+                assert table.get_row(_key(arg)) == cur.get(_key(arg))
+            elif name == "get_rows":
+                assert table.get_rows([_key(r) for r in arg]) == [cur.get(_key(r)) for r in arg]
+            elif name == "scan":
+                depth, a, b, reverse, ranged = arg
+                prefix = (a, b)[:depth]
+                expected = [r for r in cur.values() if _key(r)[:depth] == prefix]
+                expected = ordered(expected)
+                start = None
+                if ranged and depth < 2:
+                    start = ((a, b)[depth],)
+                    lower = keys.encode((*prefix, *start))
+                    expected = [r for r in expected if keys.encode(_key(r)) >= lower]
+                if reverse:
+                    expected.reverse()
+                assert list(table.scan(prefix, start=start, reverse=reverse)) == expected
+            elif name == "clean":
+                bound = keys.encode((arg,))
+                gone = [k for k in cur if keys.encode(k) < bound]
+                assert table.clean_below(arg) == len(gone)
+                for k in gone:
+                    del cur[k]
+            elif name == "commit":
+                epoch += 1
+                table.commit(epoch)
+                model.committed = dict(cur)
+            elif name == "abort":
+                table.abort()
+                model.current = dict(model.committed)
+            elif name == "reopen":
+                backend = reopen(backend)
+                table = StateTable(schema, backend, consistency=consistency)
+                model.current = dict(model.committed)
+            assert table.row_count == len(model.current) or not strict
+        epoch += 1
+        table.commit(epoch)
+        assert list(table.scan()) == ordered(list(model.current.values()))
+        assert table.row_count == len(model.current)
+
+
+def _apply(table: StateTable, name: str, row: tuple[Any, ...], old: tuple[Any, ...] | None) -> None:
+    if name == "insert":
+        table.insert(row)
+    elif name == "delete":
+        table.delete(row)
+    else:
+        assert old is not None
+        table.update(old, row)
