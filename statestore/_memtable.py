@@ -12,7 +12,10 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
-__all__ = ["KeyOp", "MemTable", "OpKind"]
+__all__ = ["UNTOUCHED", "KeyOp", "MemTable", "OpKind"]
+
+#: What :meth:`MemTable.lookup` returns for a key the epoch has not touched.
+UNTOUCHED: object = object()
 
 
 class OpKind(enum.IntEnum):
@@ -34,7 +37,7 @@ class KeyOp(NamedTuple):
 
 
 class MemTable:
-    """One epoch's :class:`KeyOp` per key, merged by RisingWave's rules.
+    """One epoch's net operation per key, merged by RisingWave's rules.
 
     ======================  ==============  ===============  ====================
     previous \\ new          insert(v)       delete(old)      update(old, new)
@@ -49,111 +52,191 @@ class MemTable:
     operation wins and reports it by returning ``False``; strict callers check
     before they write, so they never reach one. Whether an ``old`` row matches is
     the caller's check too.
+
+    The operations are held as two dicts rather than one object per key: ``new``
+    maps every touched key to its row after the epoch (``None``: deleted), and
+    ``old`` maps the keys that existed before the epoch to their row then. A key
+    in ``new`` but not in ``old`` is an Insert; in both, a Delete when its new row
+    is ``None`` and an Update otherwise. A bulk insert is then one
+    ``dict.update``, and ``new.items()`` are the commit's writes as they stand.
     """
 
-    __slots__ = ("_ops", "_sorted")
+    __slots__ = ("_new", "_old", "_sorted", "deletes", "inserts")
 
     def __init__(self) -> None:
-        self._ops: dict[bytes, KeyOp] = {}
+        self._new: dict[bytes, bytes | None] = {}
+        self._old: dict[bytes, bytes] = {}
         # Built on the first ordered read of the epoch, then kept up to date, so
         # that an epoch of writes alone never pays for ordering.
         self._sorted: SortedList | None = None
+        #: Keys whose net operation is an Insert / a Delete, kept as operations
+        #: merge, so the epoch's effect on the row count needs no pass.
+        self.inserts = 0
+        self.deletes = 0
 
     def __len__(self) -> int:
-        return len(self._ops)
+        return len(self._new)
 
     def __bool__(self) -> bool:
-        return bool(self._ops)
+        return bool(self._new)
 
     def __contains__(self, key: bytes) -> bool:
-        return key in self._ops
+        return key in self._new
+
+    def lookup(self, key: bytes) -> object:
+        """The row ``key`` has after the epoch so far: bytes, ``None`` when the
+        epoch deleted it, or :data:`UNTOUCHED` when the epoch has not touched
+        it."""
+        return self._new.get(key, UNTOUCHED)
 
     def get(self, key: bytes) -> KeyOp | None:
         """The net operation on ``key`` in this epoch, if any."""
-        return self._ops.get(key)
+        new = self._new.get(key, UNTOUCHED)
+        if new is UNTOUCHED:
+            return None
+        assert new is None or isinstance(new, bytes)
+        old = self._old.get(key)
+        if old is None:
+            return KeyOp(OpKind.INSERT, None, new)
+        return KeyOp(OpKind.DELETE if new is None else OpKind.UPDATE, old, new)
 
-    def _set(self, key: bytes, op: KeyOp) -> None:
-        if self._sorted is not None and key not in self._ops:
+    # -- the merge rules -------------------------------------------------------
+
+    def _add_key(self, key: bytes) -> None:
+        if self._sorted is not None:
             self._sorted.add(key)
-        self._ops[key] = op
 
-    def _drop(self, key: bytes) -> None:
-        del self._ops[key]
+    def _forget(self, key: bytes) -> None:
+        del self._new[key]
+        self._old.pop(key, None)
         if self._sorted is not None:
             self._sorted.remove(key)
 
     def insert(self, key: bytes, new: bytes) -> bool:
         """Record an insert of ``new``; ``False`` if it was a conflict."""
-        prev = self._ops.get(key)
-        if prev is None:
-            self._set(key, KeyOp(OpKind.INSERT, None, new))
+        prev = self._new.get(key, UNTOUCHED)
+        self._new[key] = new
+        if prev is UNTOUCHED:
+            self._add_key(key)
+            self.inserts += 1
             return True
-        if prev.kind is OpKind.DELETE:
-            self._set(key, KeyOp(OpKind.UPDATE, prev.old, new))
+        if prev is None:  # Delete(a) + insert(v) = Update(a, v)
+            self.deletes -= 1
             return True
-        # Insert over Insert / Update: the newest row wins, the origin is kept.
-        self._set(key, KeyOp(prev.kind, prev.old, new))
-        return False
+        return False  # over Insert / Update: the newest row wins
 
     def delete(self, key: bytes, old: bytes) -> bool:
         """Record a delete of ``old``; ``False`` if it was a conflict."""
-        prev = self._ops.get(key)
+        prev = self._new.get(key, UNTOUCHED)
+        if prev is UNTOUCHED:
+            self._new[key] = None
+            self._old[key] = old
+            self._add_key(key)
+            self.deletes += 1
+            return True
         if prev is None:
-            self._set(key, KeyOp(OpKind.DELETE, old, None))
-            return True
-        if prev.kind is OpKind.INSERT:
-            self._drop(key)
-            return True
-        if prev.kind is OpKind.UPDATE:
-            self._set(key, KeyOp(OpKind.DELETE, prev.old, None))
-            return True
-        return False  # Delete over Delete: still deleted
+            return False  # Delete over Delete: still deleted
+        if key in self._old:  # Update(a, b) + delete = Delete(a)
+            self._new[key] = None
+            self.deletes += 1
+        else:  # Insert(a) + delete = nothing
+            self._forget(key)
+            self.inserts -= 1
+        return True
 
     def update(self, key: bytes, old: bytes, new: bytes) -> bool:
         """Record an update from ``old`` to ``new``; ``False`` if a conflict."""
-        prev = self._ops.get(key)
-        if prev is None:
-            self._set(key, KeyOp(OpKind.UPDATE, old, new))
+        prev = self._new.get(key, UNTOUCHED)
+        self._new[key] = new
+        if prev is UNTOUCHED:
+            self._old[key] = old
+            self._add_key(key)
             return True
-        if prev.kind is OpKind.DELETE:
-            # The row was gone: the newest operation makes it exist again.
-            self._set(key, KeyOp(OpKind.UPDATE, prev.old, new))
+        if prev is None:
+            # Update of a deleted row: the newest operation makes it exist again.
+            self.deletes -= 1
             return False
-        self._set(key, KeyOp(prev.kind, prev.old, new))
-        return True
+        return True  # Insert stays Insert(new); Update(a, b) becomes Update(a, new)
+
+    def insert_many(self, keys: list[bytes], values: list[bytes]) -> list[bytes]:
+        """Record inserts of ``values`` at ``keys``; returns the keys whose
+        insert was a conflict. Keys the epoch has not touched go in one pass,
+        the common case of a bulk load."""
+        new = self._new
+        if new.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            new.update(zip(keys, values, strict=True))
+            self.inserts += len(keys)
+            if self._sorted is not None:
+                self._sorted.update(keys)
+            return []
+        return [k for k, v in zip(keys, values, strict=True) if not self.insert(k, v)]
+
+    def replace(self, key: bytes, op: KeyOp | None) -> None:
+        """Set ``key``'s net operation outright, without merging (``None``
+        forgets the key): for a caller that has squared the epoch with
+        storage."""
+        if key in self._new:
+            kind = self.get(key)
+            assert kind is not None
+            if kind.kind is OpKind.INSERT:
+                self.inserts -= 1
+            elif kind.kind is OpKind.DELETE:
+                self.deletes -= 1
+            self._forget(key)
+        if op is None:
+            return
+        self._new[key] = op.new
+        if op.old is not None:
+            self._old[key] = op.old
+        self._add_key(key)
+        if op.kind is OpKind.INSERT:
+            self.inserts += 1
+        elif op.kind is OpKind.DELETE:
+            self.deletes += 1
 
     def drop_range(self, lower: bytes, upper: bytes) -> list[tuple[bytes, KeyOp]]:
         """Remove and return every operation with ``lower <= key < upper``."""
         keys = list(self._ordered().irange(lower, upper, inclusive=(True, False)))
-        dropped = [(k, self._ops[k]) for k in keys]
+        dropped = []
         for k in keys:
-            self._drop(k)
+            op = self.get(k)
+            assert op is not None
+            dropped.append((k, op))
+            self.replace(k, None)
         return dropped
+
+    # -- reads -------------------------------------------------------------------
 
     def _ordered(self) -> SortedList:
         if self._sorted is None:
-            self._sorted = SortedList(self._ops)
+            self._sorted = SortedList(self._new)
         return self._sorted
 
     def range(
         self, lower: bytes, upper: bytes | None, reverse: bool = False
-    ) -> Iterator[tuple[bytes, KeyOp]]:
-        """Operations with ``lower <= key < upper`` in key order.
+    ) -> list[tuple[bytes, bytes | None]]:
+        """``(key, new row or None)`` with ``lower <= key < upper``, in key
+        order; a list, so writes during a scan do not disturb it (a snapshot,
+        like the storage iterator)."""
+        keys = self._ordered().irange(lower, upper, inclusive=(True, False), reverse=reverse)
+        new = self._new
+        return [(k, new[k]) for k in keys]
 
-        The keys are taken when the call is made, so writes during iteration do
-        not disturb it (a snapshot, like the storage iterator).
-        """
-        keys = list(
-            self._ordered().irange(lower, upper, inclusive=(True, False), reverse=reverse)
-        )
-        ops = self._ops
-        return iter([(k, ops[k]) for k in keys])
+    def writes(self) -> list[tuple[bytes, bytes | None]]:
+        """Every key with its row after the epoch (``None``: delete it), in no
+        particular order: the epoch's writes for the row layout."""
+        return list(self._new.items())
 
     def items(self) -> Iterator[tuple[bytes, KeyOp]]:
-        """Every operation, in no particular order."""
-        return iter(self._ops.items())
+        """Every net operation, in no particular order."""
+        for key in list(self._new):
+            op = self.get(key)
+            assert op is not None
+            yield key, op
 
     def clear(self) -> None:
         """Forget every operation (after a commit or an abort)."""
-        self._ops = {}
+        self._new = {}
+        self._old = {}
         self._sorted = None
+        self.inserts = self.deletes = 0

@@ -146,19 +146,30 @@ class RocksDBBackend:
             raise BackendClosedError(f"RocksDB at {self.path} is closed; open it again")
         return self._db
 
+    # The point reads are the hottest calls: they catch inline rather than
+    # through the _wrapped context manager, which costs a microsecond a call.
     def get(self, key: bytes) -> bytes | None:
-        db = self._live()
-        with _wrapped("get", self.path):
-            value: bytes | None = db.get(key)
-        return value
+        try:
+            return self._db.get(key)  # type: ignore[union-attr, no-any-return]
+        except AttributeError:
+            if self._db is None:
+                self._live()
+            raise
+        except Exception as exc:  # rocksdict raises bare Exception
+            _raise_typed(exc, "get", self.path)
 
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        db = self._live()
         if not keys:
+            self._live()
             return []
-        with _wrapped("multi-get", self.path):
-            values: list[bytes | None] = db.get(list(keys))
-        return values
+        try:
+            return self._db.get(list(keys))  # type: ignore[union-attr, no-any-return]
+        except AttributeError:
+            if self._db is None:
+                self._live()
+            raise
+        except Exception as exc:
+            _raise_typed(exc, "multi-get", self.path)
 
     def write(
         self,

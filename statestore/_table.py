@@ -25,7 +25,7 @@ from encoding import (
     ValueLayout,
     prefix_successor,
 )
-from statestore._memtable import KeyOp, MemTable, OpKind
+from statestore._memtable import UNTOUCHED, KeyOp, MemTable, OpKind
 from statestore._typing import KVBackend, WriteOp
 from statestore.errors import EpochError, InconsistencyError
 
@@ -45,18 +45,21 @@ def meta_key(table_id: int) -> bytes:
 
 
 class ConsistencyMode(enum.Enum):
-    """What a write that contradicts the table does.
+    """What a write that contradicts the table does, and what it costs.
 
     ``STRICT`` raises :class:`InconsistencyError` and leaves the table as it was;
-    it reads the current row before every delete and update (and before every
-    insert, to reject one over an existing key). ``RELAXED`` lets the newest
-    operation win, logs the inconsistency, and reads nothing per write: the
-    epoch's keys are checked against storage in one multi-get at commit, which
-    keeps the row count exact.
+    it reads the current row before every insert, delete and update (one
+    multi-get for a batch). ``RELAXED`` lets the newest operation win and logs
+    the inconsistency; it reads nothing per write, and squares the epoch with
+    storage in one multi-get at commit, which keeps the row count exact.
+    ``UNCHECKED`` reads nothing at all: for an operator that reads a key before
+    it writes it, and so already knows; the newest operation wins, what the
+    MemTable sees is logged, and the row count follows the operations as issued.
     """
 
     STRICT = "strict"
     RELAXED = "relaxed"
+    UNCHECKED = "unchecked"
 
 
 @dataclass
@@ -104,6 +107,7 @@ class StateTable:
         )
         self._log = (logger or structlog.get_logger("relstate")).bind(table=schema.name)
         self._strict = self.consistency is ConsistencyMode.STRICT
+        self._verify_at_commit = self.consistency is ConsistencyMode.RELAXED
         self._n_key = len(schema.primary_key)
         self._key_indices = schema.key_indices
         self._prefix = schema.prefix
@@ -130,20 +134,16 @@ class StateTable:
 
     @property
     def row_count(self) -> int:
-        """Rows in the table, the uncommitted epoch included (exact in strict
-        mode; in relaxed mode exact as of the last commit plus the epoch's
-        operations as issued)."""
-        m = self.metrics
-        return m.committed_rows + self._pending_delta()
+        """Rows in the table, the uncommitted epoch included.
+
+        Exact in strict mode. In relaxed mode exact at each commit; between
+        commits it counts the epoch's operations as issued, as unchecked mode
+        always does.
+        """
+        return self.metrics.committed_rows + self._pending_delta()
 
     def _pending_delta(self) -> int:
-        delta = -self.metrics.removed_by_range
-        for op in self._mem._ops.values():
-            if op.kind is OpKind.INSERT:
-                delta += 1
-            elif op.kind is OpKind.DELETE:
-                delta -= 1
-        return delta
+        return self._mem.inserts - self._mem.deletes - self.metrics.removed_by_range
 
     # -- keys -------------------------------------------------------------------
 
@@ -198,10 +198,10 @@ class StateTable:
 
     def _current(self, key: bytes) -> Row | bytes | None:
         """The row at ``key`` as the epoch sees it (MemTable over storage)."""
-        op = self._mem.get(key)
-        if op is not None:
-            return op.new
-        return self._stored(key)
+        found = self._mem.lookup(key)
+        if found is UNTOUCHED:
+            return self._stored(key)
+        return found  # type: ignore[return-value]
 
     def _as_row(self, value: Row | bytes) -> Row:
         return self.rows.decode(value) if isinstance(value, bytes) else value
@@ -234,19 +234,7 @@ class StateTable:
         """The rows with primary keys ``pks``, in order: one multi-get for the
         keys the MemTable does not answer."""
         keys = [self._pk(pk) for pk in pks]
-        out: list[Row | bytes | None] = [None] * len(keys)
-        missing: list[int] = []
-        mem = self._mem
-        for i, key in enumerate(keys):
-            op = mem.get(key)
-            if op is None:
-                missing.append(i)
-            else:
-                out[i] = op.new
-        if missing:
-            stored = self._stored_many([keys[i] for i in missing])
-            for i, value in zip(missing, stored, strict=True):
-                out[i] = value
+        out = self._current_many(keys)
         decode = self.rows.decode
         return [
             None if v is None else (decode(v) if isinstance(v, bytes) else v) for v in out
@@ -352,26 +340,23 @@ class StateTable:
         if not self._mem:
             yield from storage
             return
-        mem = self._mem.range(lower, upper, reverse)
-        m_key, m_op = next(mem, (None, None))
+        mem = iter(self._mem.range(lower, upper, reverse))
+        m_key, m_new = next(mem, (None, None))
         for s_key, s_val in storage:
             while m_key is not None and (m_key > s_key if reverse else m_key < s_key):
-                assert m_op is not None
-                if m_op.new is not None:
-                    yield m_key, m_op.new
-                m_key, m_op = next(mem, (None, None))
+                if m_new is not None:
+                    yield m_key, m_new
+                m_key, m_new = next(mem, (None, None))
             if m_key == s_key:
-                assert m_op is not None
-                if m_op.new is not None:
-                    yield m_key, m_op.new
-                m_key, m_op = next(mem, (None, None))
+                if m_new is not None:
+                    yield m_key, m_new
+                m_key, m_new = next(mem, (None, None))
             else:
                 yield s_key, s_val
         while m_key is not None:
-            assert m_op is not None
-            if m_op.new is not None:
-                yield m_key, m_op.new
-            m_key, m_op = next(mem, (None, None))
+            if m_new is not None:
+                yield m_key, m_new
+            m_key, m_new = next(mem, (None, None))
 
     # -- writes ---------------------------------------------------------------------
 
@@ -472,10 +457,8 @@ class StateTable:
             for key, current in zip(keys, self._current_many(keys), strict=True):
                 if current is not None:
                     raise self._inconsistent("insert over an existing row; use update", key)
-        insert = self._mem.insert
-        for key, value in zip(keys, values, strict=True):
-            if not insert(key, value):
-                self._relaxed("insert over a row inserted in this epoch", key)
+        for key in self._mem.insert_many(keys, values):
+            self._relaxed("insert over a row inserted in this epoch", key)
         self.metrics.inserted += len(keys)
 
     def delete_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -498,17 +481,15 @@ class StateTable:
         self.metrics.deleted += len(keys)
 
     def _current_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
-        out: list[Row | bytes | None] = [None] * len(keys)
-        missing: list[int] = []
-        for i, key in enumerate(keys):
-            op = self._mem.get(key)
-            if op is None:
-                missing.append(i)
-            else:
-                out[i] = op.new
+        """:meth:`_current` of many keys: one multi-get for those the MemTable
+        has not touched."""
+        lookup = self._mem.lookup
+        out: list[Any] = [lookup(k) for k in keys]
+        missing = [i for i, v in enumerate(out) if v is UNTOUCHED]
         if missing:
-            for i, v in zip(missing, self._stored_many([keys[i] for i in missing]), strict=True):
-                out[i] = v
+            stored = self._stored_many([keys[i] for i in missing])
+            for i, value in zip(missing, stored, strict=True):
+                out[i] = value
         return out
 
     # -- watermark cleaning ---------------------------------------------------------
@@ -564,11 +545,11 @@ class StateTable:
                 f"table {self.schema.name!r}: epoch {epoch} is not above the last "
                 f"committed epoch {self._last_epoch}; epochs must increase"
             )
-        if not self._strict:
+        if self._verify_at_commit:
             self._verify_relaxed()
         ops: list[WriteOp] = []
         if self._cells is None:
-            ops.extend((k, op.new) for k, op in self._mem.items())
+            ops.extend(self._mem.writes())
         else:
             for key, op in self._mem.items():
                 ops.extend(self._cell_ops(key, op))
@@ -597,14 +578,14 @@ class StateTable:
             exists = current is not None
             if op.kind is OpKind.INSERT and exists:
                 assert current is not None and op.new is not None
-                self._mem._ops[key] = KeyOp(OpKind.UPDATE, self._as_bytes(current), op.new)
+                self._mem.replace(key, KeyOp(OpKind.UPDATE, self._as_bytes(current), op.new))
                 self._relaxed("insert over a committed row", key)
             elif op.kind is OpKind.DELETE and not exists:
-                self._mem._drop(key)
+                self._mem.replace(key, None)
                 self._relaxed("delete of a row that is not committed", key)
             elif op.kind is OpKind.UPDATE and not exists:
                 assert op.new is not None
-                self._mem._ops[key] = KeyOp(OpKind.INSERT, None, op.new)
+                self._mem.replace(key, KeyOp(OpKind.INSERT, None, op.new))
                 self._relaxed("update of a row that is not committed", key)
 
     def finish_commit(self, epoch: int) -> None:
