@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Union
 
 import pyarrow as pa
 
@@ -74,7 +73,7 @@ class KeyColumn:
         return self.nulls
 
 
-KeySpec = Union[str, KeyColumn]
+KeySpec = str | KeyColumn
 
 
 def check_supported_type(name: str, dtype: pa.DataType) -> None:

@@ -25,7 +25,8 @@ class MemoryBackend:
         return self._data
 
     def get(self, key: bytes) -> bytes | None:
-        return self._live().get(key)
+        value: bytes | None = self._live().get(key)
+        return value
 
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
         data = self._live()

@@ -38,7 +38,7 @@ class RocksDBConfig:
 
     block_cache_bytes: int = 64 * 1024 * 1024
     block_size: int = 16 * 1024
-    bloom_bits_per_key: float = 10.0
+    bloom_bits_per_key: int = 10
     write_buffer_bytes: int = 64 * 1024 * 1024
     max_write_buffers: int = 3
     compression: str = "lz4"
@@ -135,11 +135,10 @@ class RocksDBBackend:
         self.config = config or RocksDBConfig()
         Path(self.path).mkdir(parents=True, exist_ok=True)
         with _wrapped("open", self.path):
-            self._db: rocksdict.Rdict | None = rocksdict.Rdict(
-                self.path, self.config.to_options()
-            )
+            self._db: rocksdict.Rdict | None = rocksdict.Rdict(self.path, self.config.to_options())
         self._write_opts = rocksdict.WriteOptions()
-        self._write_opts.disable_wal = self.config.disable_wal
+        # A property at run time, though rocksdict's stubs call it a method.
+        self._write_opts.disable_wal = self.config.disable_wal  # type: ignore[method-assign, assignment]
 
     def _live(self) -> rocksdict.Rdict:
         if self._db is None:
@@ -150,7 +149,7 @@ class RocksDBBackend:
     # through the _wrapped context manager, which costs a microsecond a call.
     def get(self, key: bytes) -> bytes | None:
         try:
-            return self._db.get(key)  # type: ignore[union-attr, no-any-return]
+            return self._db.get(key)  # type: ignore[union-attr]
         except AttributeError:
             if self._db is None:
                 self._live()
@@ -163,7 +162,7 @@ class RocksDBBackend:
             self._live()
             return []
         try:
-            return self._db.get(list(keys))  # type: ignore[union-attr, no-any-return]
+            return self._db.get(list(keys))  # type: ignore[union-attr, return-value]
         except AttributeError:
             if self._db is None:
                 self._live()
@@ -210,6 +209,7 @@ class RocksDBBackend:
         with _wrapped("iterate", self.path):
             it = db.items(**kwargs)
             for key, value in it:
+                assert isinstance(key, bytes)
                 if upper is not None and key >= upper:
                     continue
                 if key < lower:

@@ -102,9 +102,7 @@ class StateTable:
         self._cells = CellCodec(schema) if schema.layout is ValueLayout.CELL else None
         # Every cell a row may have: one per value column, and the marker cell of
         # a row written while the table had no value columns.
-        self._suffixes = tuple(i.to_bytes(2, "big") for i in schema.value_indices) + (
-            b"\xff\xff",
-        )
+        self._suffixes = (*(i.to_bytes(2, "big") for i in schema.value_indices), b"\xff\xff")
         self._log = (logger or structlog.get_logger("relstate")).bind(table=schema.name)
         self._strict = self.consistency is ConsistencyMode.STRICT
         self._verify_at_commit = self.consistency is ConsistencyMode.RELAXED
@@ -186,7 +184,9 @@ class StateTable:
                 for i, k in enumerate(keys)
             ]
         if self._range_deletes:
-            found = [None if self._in_range_delete(k) else v for k, v in zip(keys, found, strict=True)]
+            found = [
+                None if self._in_range_delete(k) else v for k, v in zip(keys, found, strict=True)
+            ]
         return found
 
     def _cells_row(self, key: bytes, cells: Iterable[tuple[bytes, bytes | None]]) -> Row | None:
@@ -236,9 +236,7 @@ class StateTable:
         keys = [self._pk(pk) for pk in pks]
         out = self._current_many(keys)
         decode = self.rows.decode
-        return [
-            None if v is None else (decode(v) if isinstance(v, bytes) else v) for v in out
-        ]
+        return [None if v is None else (decode(v) if isinstance(v, bytes) else v) for v in out]
 
     # -- scans ----------------------------------------------------------------------
 
@@ -295,7 +293,10 @@ class StateTable:
             rows = [self._as_row(v) for _, v in self._merged(lower, upper, reverse)]
             columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.schema.columns)
             return pa.RecordBatch.from_arrays(
-                [pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema.columns, strict=True)],
+                [
+                    pa.array(list(c), type=f.type)
+                    for c, f in zip(columns, self.schema.columns, strict=True)
+                ],
                 schema=self.schema.columns,
             )
         values = [v for _, v in self._merged(lower, upper, reverse)]
@@ -473,7 +474,9 @@ class StateTable:
                 if current is None:
                     raise self._inconsistent("delete of a missing row", key)
                 if not self._same_row(current, old):
-                    raise self._inconsistent("delete names a row that differs from the stored one", key)
+                    raise self._inconsistent(
+                        "delete names a row that differs from the stored one", key
+                    )
         delete = self._mem.delete
         for key, value in zip(keys, values, strict=True):
             if not delete(key, value):

@@ -47,9 +47,7 @@ class KVBackend(Protocol):
         """Key-value pairs with ``lower <= key < upper``, ascending or descending."""
         ...
 
-    def keys(
-        self, lower: bytes = b"", upper: bytes | None = None
-    ) -> Iterator[bytes]:
+    def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         """Keys with ``lower <= key < upper``, ascending."""
         ...
 

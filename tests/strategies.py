@@ -13,13 +13,11 @@ from hypothesis import strategies as st
 from encoding import Direction, KeyColumn, NullOrder, TableSchema, ValueLayout
 
 __all__ = [
-    "KEY_TYPES",
-    "MORE_KEY_TYPES",
+    "SUPPORTED_TYPES",
     "arrow_types",
-    "full_rows_for",
+    "bad_values_of",
     "key_columns",
     "key_schemas",
-    "key_values_of",
     "keys_for",
     "rows_for",
     "table_schemas",
@@ -37,137 +35,51 @@ _INT_BOUNDS = {
     pa.uint64(): (0, 2**64 - 1),
 }
 
-#: Every type a key column may have.
-KEY_TYPES: list[pa.DataType] = [
+#: Every type a column (key or value) may have, in the shapes worth testing:
+#: every width, both string and binary sizes, every timestamp unit with and
+#: without a time zone (named, DST-observing, fixed offset), decimals of every
+#: scale sign.
+SUPPORTED_TYPES: list[pa.DataType] = [
     *_INT_BOUNDS,
     pa.float32(),
     pa.float64(),
     pa.bool_(),
     pa.string(),
+    pa.large_string(),
     pa.binary(),
+    pa.large_binary(),
     pa.date32(),
     pa.timestamp("s"),
     pa.timestamp("ms"),
     pa.timestamp("us"),
+    pa.timestamp("ns"),
     pa.timestamp("us", tz="UTC"),
     pa.timestamp("ms", tz="Europe/Paris"),
+    pa.timestamp("ns", tz="America/New_York"),
+    pa.timestamp("s", tz="+05:30"),
     pa.decimal128(10, 2),
     pa.decimal128(38, 0),
+    pa.decimal128(5, 5),
+    pa.decimal128(18, 4),
+    pa.decimal128(4, -2),
     pa.null(),
 ]
 
 
 def arrow_types() -> st.SearchStrategy[pa.DataType]:
     """Any supported Arrow type."""
-    return st.sampled_from(KEY_TYPES)
+    return st.sampled_from(SUPPORTED_TYPES)
 
 
 _EPOCH = dt.datetime(1970, 1, 1)
-
-
-def values_of(dtype: pa.DataType, nullable: bool = True) -> st.SearchStrategy[Any]:
-    """Python values of ``dtype`` in the form ``pyarrow``'s ``to_pylist`` gives."""
-    base: st.SearchStrategy[Any]
-    if pa.types.is_null(dtype):
-        return st.none()
-    if dtype in _INT_BOUNDS:
-        lo, hi = _INT_BOUNDS[dtype]
-        base = st.integers(lo, hi)
-    elif pa.types.is_float32(dtype):
-        base = st.floats(width=32)
-    elif pa.types.is_float64(dtype):
-        base = st.floats()
-    elif pa.types.is_boolean(dtype):
-        base = st.booleans()
-    elif pa.types.is_string(dtype):
-        base = st.text(max_size=12)
-    elif pa.types.is_binary(dtype):
-        base = st.binary(max_size=12)
-    elif pa.types.is_date32(dtype):
-        base = st.dates()
-    elif pa.types.is_timestamp(dtype):
-        step = {"s": 1_000_000, "ms": 1_000, "us": 1}[dtype.unit]
-        micros = st.integers(-(2**40), 2**40).map(lambda n: n * step)
-        naive = micros.map(lambda us: _EPOCH + dt.timedelta(microseconds=us))
-        if dtype.tz is None:
-            base = naive
-        else:
-            base = naive.map(
-                lambda d: pa.scalar(d.replace(tzinfo=dt.timezone.utc), dtype).as_py()
-            )
-    elif pa.types.is_decimal(dtype):
-        digits = dtype.precision
-        base = st.integers(-(10**digits) + 1, 10**digits - 1).map(
-            lambda n: decimal.Decimal(n).scaleb(-dtype.scale)
-        )
-    else:  # pragma: no cover - KEY_TYPES lists every supported type
-        raise AssertionError(dtype)
-    return st.one_of(st.none(), base) if nullable else base
-
-
-def key_columns(names: list[str]) -> st.SearchStrategy[tuple[KeyColumn, ...]]:
-    """Key columns over ``names`` with random directions and null orders."""
-    one = st.builds(
-        KeyColumn,
-        st.just(""),
-        st.sampled_from(list(Direction)),
-        st.sampled_from(list(NullOrder)),
-    )
-    return st.lists(one, min_size=len(names), max_size=len(names)).map(
-        lambda ks: tuple(
-            KeyColumn(n, k.direction, k.nulls) for n, k in zip(names, ks, strict=True)
-        )
-    )
-
-
-@st.composite
-def table_schemas(
-    draw: st.DrawFn,
-    min_key: int = 1,
-    max_key: int = 3,
-    max_values: int = 4,
-    layouts: tuple[ValueLayout, ...] = (ValueLayout.ROW, ValueLayout.CELL),
-) -> TableSchema:
-    """A table with random key and value columns of every supported type."""
-    n_key = draw(st.integers(min_key, max_key))
-    n_val = draw(st.integers(0, max_values))
-    types = draw(st.lists(arrow_types(), min_size=n_key + n_val, max_size=n_key + n_val))
-    fields = [pa.field(f"c{i}", t, nullable=True) for i, t in enumerate(types)]
-    order = draw(st.permutations(range(n_key + n_val)))
-    key_names = [f"c{i}" for i in order[:n_key]]
-    keys = draw(key_columns(key_names))
-    return TableSchema(
-        table_id=draw(st.integers(0, 2**32 - 2)),
-        columns=pa.schema(fields),
-        primary_key=keys,
-        layout=draw(st.sampled_from(layouts)),
-    )
-
-
-def rows_for(schema: TableSchema) -> st.SearchStrategy[tuple[Any, ...]]:
-    """Full rows (tuples in column order) that fit ``schema``."""
-    return st.tuples(*(values_of(f.type, f.nullable) for f in schema.columns))
-
-
-#: Key types that KEY_TYPES leaves out: the large string and binary types,
-#: nanosecond timestamps, a fixed-offset time zone, more decimal shapes.
-MORE_KEY_TYPES: list[pa.DataType] = [
-    pa.large_string(),
-    pa.large_binary(),
-    pa.timestamp("ns"),
-    pa.timestamp("ns", tz="America/New_York"),
-    pa.timestamp("s", tz="+05:30"),
-    pa.decimal128(5, 5),
-    pa.decimal128(18, 4),
-    pa.decimal128(4, -2),
-]
-
 _DAY_NS = 86_400 * 10**9
 _UNIT_STEPS = {
     "s": dt.timedelta(seconds=1),
     "ms": dt.timedelta(milliseconds=1),
     "us": dt.timedelta(microseconds=1),
 }
+#: Decimals are scaled exactly: the default context rounds to 28 digits.
+_EXACT = decimal.Context(prec=40)
 
 
 def _timestamps(dtype: pa.DataType) -> st.SearchStrategy[Any]:
@@ -191,55 +103,151 @@ def _timestamps(dtype: pa.DataType) -> st.SearchStrategy[Any]:
     return naive.map(lambda d: d.replace(tzinfo=dt.UTC).astimezone(tzinfo))
 
 
-_EXACT = decimal.Context(prec=40)
-
-
-def key_values_of(dtype: pa.DataType, nullable: bool = True) -> st.SearchStrategy[Any]:
-    """Like :func:`values_of`, for every type of KEY_TYPES and MORE_KEY_TYPES, with
-    timestamps over their whole range and decimals of all their digits."""
+def values_of(dtype: pa.DataType, nullable: bool = True) -> st.SearchStrategy[Any]:
+    """Values of ``dtype`` over its whole range, in the form ``pyarrow``'s
+    ``to_pylist`` gives them; ``None`` too when ``nullable``."""
     base: st.SearchStrategy[Any]
-    if pa.types.is_decimal(dtype):
-        # values_of scales with the default context, which rounds to 28 digits.
+    if pa.types.is_null(dtype):
+        return st.none()
+    if dtype in _INT_BOUNDS:
+        lo, hi = _INT_BOUNDS[dtype]
+        base = st.integers(lo, hi)
+    elif pa.types.is_float32(dtype):
+        base = st.floats(width=32)
+    elif pa.types.is_float64(dtype):
+        base = st.floats()
+    elif pa.types.is_boolean(dtype):
+        base = st.booleans()
+    elif pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        base = st.text(max_size=12)
+    elif pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        base = st.binary(max_size=12)
+    elif pa.types.is_date32(dtype):
+        base = st.dates()
+    elif pa.types.is_timestamp(dtype):
+        base = _timestamps(dtype)
+    elif pa.types.is_decimal(dtype):
         limit = 10**dtype.precision
         base = st.integers(-limit + 1, limit - 1).map(
             lambda n: _EXACT.scaleb(decimal.Decimal(n), -dtype.scale)
         )
-    elif pa.types.is_large_string(dtype):
-        base = st.text(max_size=12)
-    elif pa.types.is_large_binary(dtype):
-        base = st.binary(max_size=12)
-    elif pa.types.is_timestamp(dtype):
-        base = _timestamps(dtype)
-    else:
-        return values_of(dtype, nullable)
+    else:  # pragma: no cover - SUPPORTED_TYPES lists every supported type
+        raise AssertionError(dtype)
     return st.one_of(st.none(), base) if nullable else base
+
+
+def key_columns(names: list[str]) -> st.SearchStrategy[tuple[KeyColumn, ...]]:
+    """Key columns over ``names`` with random directions and null orders."""
+    one = st.tuples(st.sampled_from(list(Direction)), st.sampled_from(list(NullOrder)))
+    return st.lists(one, min_size=len(names), max_size=len(names)).map(
+        lambda orders: tuple(KeyColumn(n, d, o) for n, (d, o) in zip(names, orders, strict=True))
+    )
+
+
+def _fields(draw: st.DrawFn, prefix: str, n: int) -> list[pa.Field]:
+    types = draw(st.lists(arrow_types(), min_size=n, max_size=n))
+    nullable = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    return [
+        pa.field(f"{prefix}{i}", t, nullable=nl or pa.types.is_null(t))
+        for i, (t, nl) in enumerate(zip(types, nullable, strict=True))
+    ]
+
+
+@st.composite
+def table_schemas(
+    draw: st.DrawFn,
+    min_key: int = 1,
+    max_key: int = 3,
+    max_values: int = 6,
+    layouts: tuple[ValueLayout, ...] = (ValueLayout.ROW, ValueLayout.CELL),
+) -> TableSchema:
+    """A table whose columns have any supported type and nullability (a null
+    column is always nullable), with the key columns anywhere in the row."""
+    n_key = draw(st.integers(min_key, max_key))
+    fields = _fields(draw, "c", n_key + draw(st.integers(0, max_values)))
+    order = draw(st.permutations(range(len(fields))))
+    keys = draw(key_columns([f"c{i}" for i in order[:n_key]]))
+    return TableSchema(
+        table_id=draw(st.integers(0, 2**32 - 2)),
+        columns=fields,
+        primary_key=keys,
+        layout=draw(st.sampled_from(layouts)),
+    )
 
 
 @st.composite
 def key_schemas(draw: st.DrawFn, max_key: int = 3) -> TableSchema:
-    """A table whose key columns have any key type, direction, null order and
-    nullability, in any order, beside one value column."""
+    """A table whose key columns have any type, direction, null order and
+    nullability, in any key order, beside one value column."""
     n_key = draw(st.integers(1, max_key))
-    types = draw(
-        st.lists(st.sampled_from(KEY_TYPES + MORE_KEY_TYPES), min_size=n_key, max_size=n_key)
-    )
-    nullable = draw(st.lists(st.booleans(), min_size=n_key, max_size=n_key))
-    fields = [
-        pa.field(f"k{i}", t, nullable=n or pa.types.is_null(t))
-        for i, (t, n) in enumerate(zip(types, nullable, strict=True))
-    ]
-    fields.append(pa.field("value", pa.int64()))
+    fields = [*_fields(draw, "k", n_key), pa.field("value", pa.int64())]
     order = draw(st.permutations(range(n_key)))
     keys = draw(key_columns([f"k{i}" for i in order]))
     return TableSchema(table_id=draw(st.integers(0, 2**32 - 2)), columns=fields, primary_key=keys)
 
 
-def full_rows_for(schema: TableSchema) -> st.SearchStrategy[tuple[Any, ...]]:
-    """Like :func:`rows_for`, with values from :func:`key_values_of`."""
-    return st.tuples(*(key_values_of(f.type, f.nullable) for f in schema.columns))
+def rows_for(schema: TableSchema) -> st.SearchStrategy[tuple[Any, ...]]:
+    """Full rows (tuples in column order) that fit ``schema``."""
+    return st.tuples(*(values_of(f.type, f.nullable) for f in schema.columns))
 
 
 def keys_for(schema: TableSchema) -> st.SearchStrategy[tuple[Any, ...]]:
     """Full primary keys (tuples in key order) that fit ``schema``."""
     fields = [schema.columns.field(i) for i in schema.key_indices]
-    return st.tuples(*(key_values_of(f.type, f.nullable) for f in fields))
+    return st.tuples(*(values_of(f.type, f.nullable) for f in fields))
+
+
+def _outside(lo: int, hi: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.integers(max_value=lo - 1), st.integers(min_value=hi + 1))
+
+
+def bad_values_of(dtype: pa.DataType) -> st.SearchStrategy[Any]:
+    """Values that do not fit a column of ``dtype``: a Python type it does not
+    take, or a value out of its range. Never None."""
+    text, raw, bools = st.text(max_size=3), st.binary(max_size=3), st.booleans()
+    fractions = st.decimals(allow_nan=False, allow_infinity=False, places=1)
+    if pa.types.is_null(dtype):
+        return st.one_of(st.integers(), text, raw, bools)
+    if dtype in _INT_BOUNDS:
+        return st.one_of(_outside(*_INT_BOUNDS[dtype]), st.floats(), bools, text, raw, fractions)
+    if pa.types.is_floating(dtype):
+        bad = [bools, text, raw, fractions, st.dates()]
+        if pa.types.is_float32(dtype):
+            big = st.floats(min_value=3.5e38, allow_infinity=False)
+            bad += [big, big.map(lambda f: -f)]
+        return st.one_of(*bad)
+    if pa.types.is_boolean(dtype):
+        return st.one_of(st.integers(), st.floats(), text, raw)
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        # Lone surrogates: a str that UTF-8 cannot encode.
+        return st.one_of(raw, st.integers(), bools, st.characters(categories=["Cs"]))
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return st.one_of(text, st.integers(), bools, st.floats())
+    if pa.types.is_date32(dtype):
+        days = (dt.date.min - _EPOCH.date()).days, (dt.date.max - _EPOCH.date()).days
+        return st.one_of(st.datetimes(), _outside(*days), text, st.floats(), bools)
+    if pa.types.is_timestamp(dtype):
+        bad = [st.dates(), text, st.floats(), bools]
+        if dtype.unit == "ns":
+            bad.append(_outside(-(2**63), 2**63 - 1))
+        else:
+            step = _UNIT_STEPS[dtype.unit]
+            lo = (dt.datetime.min - _EPOCH) // step
+            hi = (dt.datetime.max - _EPOCH) // step
+            bad.append(_outside(lo, hi))
+        if dtype.unit in ("s", "ms"):
+            # A fraction of the unit: an odd number of microseconds.
+            bad.append(st.datetimes().map(lambda d: d.replace(microsecond=d.microsecond | 1)))
+        return st.one_of(*bad)
+    if pa.types.is_decimal(dtype):
+        too_wide = st.integers(min_value=10 ** (dtype.precision - dtype.scale))
+        return st.one_of(
+            st.floats(),
+            text,
+            bools,
+            st.sampled_from([decimal.Decimal("NaN"), decimal.Decimal("-Infinity")]),
+            too_wide.map(decimal.Decimal),
+            too_wide.map(lambda n: -n),
+            st.integers(1, 9).map(lambda n: decimal.Decimal(n).scaleb(-dtype.scale - 1)),
+        )
+    raise AssertionError(dtype)  # pragma: no cover - ALL_TYPES lists every supported type

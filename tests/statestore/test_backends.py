@@ -45,7 +45,7 @@ class TestKVBackend:
         """A range delete removes [start, end) and applies before the batch's puts."""
         _fill(backend)
         backend.write([(bytes([1, 4]), b"again")], [(bytes([1, 3]), bytes([1, 6]))])
-        keys = [k[1] for k in backend.keys()]
+        keys = [k[1] for k in backend.keys(b"", None)]
         assert keys == [0, 1, 2, 4, 6, 7, 8, 9]
         assert backend.get(bytes([1, 4])) == b"again"
 

@@ -10,7 +10,6 @@ import structlog
 
 from encoding import Direction, EncodingError, KeyColumn, TableSchema
 from statestore import (
-    ConsistencyMode,
     EpochError,
     InconsistencyError,
     KVBackend,
@@ -40,7 +39,9 @@ def layout(request: pytest.FixtureRequest) -> str:
 
 
 class TestSeedCases:
-    def test_get_and_scan_merge_memtable_over_storage(self, backend: KVBackend, layout: str) -> None:
+    def test_get_and_scan_merge_memtable_over_storage(
+        self, backend: KVBackend, layout: str
+    ) -> None:
         """Seed 001's read path: committed rows, MemTable overrides, deletes hidden."""
         t = _table(backend, layout)
         t.insert((1, 11, 111))
@@ -150,7 +151,7 @@ class TestScan:
         """A prefix scan yields exactly that join key's rows, merged, in order."""
         t = self._fill(backend, layout)
         assert [r[1] for r in t.scan((1,))] == ["a", "b", "bb", "d"]
-        assert list(t.scan((2,)))[0] == (2, "a", 7.0)
+        assert next(t.scan((2,))) == (2, "a", 7.0)
 
     def test_reverse_prefix_scan(self, backend: KVBackend, layout: str) -> None:
         """reverse=True yields the same rows from the end."""
@@ -264,7 +265,9 @@ class TestBadInput:
 
     def test_null_in_non_nullable_column(self, backend: KVBackend, layout: str) -> None:
         """A null where the schema forbids it raises EncodingError."""
-        cols = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)])
+        cols = pa.schema(
+            [pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)]
+        )
         t = _table(backend, layout, columns=cols, key=("k",))
         with pytest.raises(EncodingError):
             t.insert((1, None))
