@@ -1,37 +1,58 @@
-"""Where rows live: KV backends, the MemTable, and state tables."""
+"""Where rows live: KV backends, the MemTable, state tables, and the state
+store that versions and checkpoints them."""
 
+from statestore._checkpoint import PartitionCheckpoint
+from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._memory import MemoryBackend
 from statestore._memtable import KeyOp, MemTable, OpKind
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
+from statestore._store import StateStore
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
 from statestore._typing import KVBackend, WriteOp
 from statestore.errors import (
+    AmbiguousVersionError,
     BackendClosedError,
     BackendError,
+    CheckpointCorruptError,
     CorruptionError,
     EpochError,
+    IncompatibleStateError,
     InconsistencyError,
     LockHeldError,
     StateStoreError,
+    StoreStateError,
+    VersionNotFoundError,
+    WinnerConflictError,
 )
 
 __all__ = [
+    "AmbiguousVersionError",
     "BackendClosedError",
     "BackendError",
+    "CheckpointCorruptError",
+    "CommitInfo",
     "ConsistencyMode",
     "CorruptionError",
     "EpochError",
+    "IncompatibleStateError",
     "InconsistencyError",
     "KVBackend",
     "KeyOp",
+    "LoadInfo",
     "LockHeldError",
     "MemTable",
     "MemoryBackend",
     "OpKind",
+    "PartitionCheckpoint",
     "RocksDBBackend",
     "RocksDBConfig",
+    "StateStore",
     "StateStoreError",
     "StateTable",
+    "StoreConfig",
+    "StoreStateError",
     "TableMetrics",
+    "VersionNotFoundError",
+    "WinnerConflictError",
     "WriteOp",
 ]

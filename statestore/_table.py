@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,8 @@ class StateTable:
         backend: KVBackend,
         consistency: ConsistencyMode | str = ConsistencyMode.STRICT,
         logger: Any | None = None,
+        spill_at: int | None = None,
+        on_spill: Callable[[StateTable], None] | None = None,
     ) -> None:
         self.schema = schema
         self.backend = backend
@@ -113,6 +115,15 @@ class StateTable:
         self._meta_key = meta_key(schema.table_id)
         self._mem = MemTable()
         self._range_deletes: list[tuple[bytes, bytes]] = []
+        # The epoch's effect on the row count from operations already spilled,
+        # and rows removed by range deletes not yet spilled.
+        self._spilled_delta = 0
+        self._range_removed = 0
+        #: When the MemTable holds this many keys, ``on_spill`` is called (a
+        #: state store then calls :meth:`spill`), so a large epoch need not fit
+        #: in memory.
+        self.spill_at = spill_at
+        self.on_spill = on_spill
         self.metrics = TableMetrics()
         self._last_epoch, self.metrics.committed_rows = self._read_meta()
 
@@ -141,7 +152,8 @@ class StateTable:
         return self.metrics.committed_rows + self._pending_delta()
 
     def _pending_delta(self) -> int:
-        return self._mem.inserts - self._mem.deletes - self.metrics.removed_by_range
+        mem = self._mem
+        return self._spilled_delta + mem.inserts - mem.deletes - self._range_removed
 
     # -- keys -------------------------------------------------------------------
 
@@ -380,6 +392,7 @@ class StateTable:
         if not self._mem.insert(key, value):
             self._relaxed("insert over a row inserted in this epoch", key)
         self.metrics.inserted += 1
+        self._maybe_spill()
 
     def delete(self, row: Sequence[Any]) -> None:
         """Delete ``row``; in strict mode it must be the stored row."""
@@ -390,6 +403,7 @@ class StateTable:
         if not self._mem.delete(key, value):
             self._relaxed("delete of a row deleted in this epoch", key)
         self.metrics.deleted += 1
+        self._maybe_spill()
 
     def update(self, old: Sequence[Any], new: Sequence[Any]) -> None:
         """Replace ``old`` by ``new`` (same primary key); in strict mode ``old``
@@ -408,6 +422,7 @@ class StateTable:
         if not self._mem.update(key, old_value, new_value):
             self._relaxed("update of a row deleted in this epoch", key)
         self.metrics.updated += 1
+        self._maybe_spill()
 
     def _check_old(self, key: bytes, old: bytes, action: str) -> None:
         current = self._current(key)
@@ -431,6 +446,7 @@ class StateTable:
         else:
             self._mem.update(key, self._as_bytes(current), value)
             self.metrics.updated += 1
+        self._maybe_spill()
 
     def delete_key(self, pk: Sequence[Any]) -> Row | None:
         """Delete the row with primary key ``pk`` and return it (``None``, and
@@ -441,6 +457,7 @@ class StateTable:
             return None
         self._mem.delete(key, self._as_bytes(current))
         self.metrics.deleted += 1
+        self._maybe_spill()
         return self._as_row(current)
 
     # -- batch writes -------------------------------------------------------------
@@ -461,6 +478,7 @@ class StateTable:
         for key in self._mem.insert_many(keys, values):
             self._relaxed("insert over a row inserted in this epoch", key)
         self.metrics.inserted += len(keys)
+        self._maybe_spill()
 
     def delete_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Delete every row of ``batch``; in strict mode each must be the stored
@@ -482,6 +500,7 @@ class StateTable:
             if not delete(key, value):
                 self._relaxed("delete of a row deleted in this epoch", key)
         self.metrics.deleted += len(keys)
+        self._maybe_spill()
 
     def _current_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
         """:meth:`_current` of many keys: one multi-get for those the MemTable
@@ -519,6 +538,7 @@ class StateTable:
         stored = self._count_stored(lower, upper)
         self._range_deletes.append((lower, upper))
         self.metrics.removed_by_range += stored
+        self._range_removed += stored
         return pending + stored - shadowed
 
     def _count_stored(self, lower: bytes, upper: bytes) -> int:
@@ -548,6 +568,14 @@ class StateTable:
                 f"table {self.schema.name!r}: epoch {epoch} is not above the last "
                 f"committed epoch {self._last_epoch}; epochs must increase"
             )
+        ops, range_deletes = self._epoch_writes()
+        rows = self.metrics.committed_rows + self._pending_delta()
+        ops.append((self._meta_key, _META.pack(epoch, rows)))
+        return ops, range_deletes
+
+    def _epoch_writes(self) -> tuple[list[WriteOp], list[tuple[bytes, bytes]]]:
+        """The MemTable's writes and range deletes, squared with storage first
+        in relaxed mode."""
         if self._verify_at_commit:
             self._verify_relaxed()
         ops: list[WriteOp] = []
@@ -556,9 +584,30 @@ class StateTable:
         else:
             for key, op in self._mem.items():
                 ops.extend(self._cell_ops(key, op))
-        rows = self.metrics.committed_rows + self._pending_delta()
-        ops.append((self._meta_key, _META.pack(epoch, rows)))
         return ops, list(self._range_deletes)
+
+    def _maybe_spill(self) -> None:
+        if (
+            self.spill_at is not None
+            and self.on_spill is not None
+            and len(self._mem) >= self.spill_at
+        ):
+            self.on_spill(self)
+
+    def spill(self) -> tuple[list[WriteOp], list[tuple[bytes, bytes]]]:
+        """Hand over the MemTable: its writes and range deletes, to be written to
+        the backend *now*, as one batch, by the caller (a state store, which
+        also logs them for the commit). The epoch goes on: reads then find
+        those rows in the backend, and the next commit carries their effect on
+        the row count. Only a caller that can undo the backend on abort (the
+        state store reloads the last version) may spill.
+        """
+        ops, range_deletes = self._epoch_writes()
+        self._spilled_delta = self._pending_delta()
+        self._range_removed = 0
+        self._mem.clear()
+        self._range_deletes = []
+        return ops, range_deletes
 
     def _cell_ops(self, key: bytes, op: KeyOp) -> Iterator[WriteOp]:
         assert self._cells is not None
@@ -595,8 +644,12 @@ class StateTable:
         """Record that the writes of :meth:`prepare_commit` are durable."""
         self.metrics.committed_rows += self._pending_delta()
         self._last_epoch = epoch
+        self._clear_epoch()
+
+    def _clear_epoch(self) -> None:
         self._mem.clear()
         self._range_deletes = []
+        self._spilled_delta = self._range_removed = 0
         self.metrics.reset_epoch()
 
     def commit(self, epoch: int) -> None:
@@ -606,10 +659,9 @@ class StateTable:
         self.finish_commit(epoch)
 
     def abort(self) -> None:
-        """Drop the epoch's uncommitted operations."""
-        self._mem.clear()
-        self._range_deletes = []
-        self.metrics.reset_epoch()
+        """Drop the epoch's uncommitted operations (not those already spilled:
+        the spiller undoes those in the backend)."""
+        self._clear_epoch()
 
     def reload(self) -> None:
         """Drop the epoch and re-read the metadata from the backend (after the

@@ -1,0 +1,106 @@
+"""Named fault points, for crash tests.
+
+The state store calls :func:`fault` at each point where a crash matters: before
+and after every checkpoint file it writes, around the manifest publish, in load,
+in snapshot upload and in cleanup. In production the call does nothing.
+
+When the environment variable ``RELSTATE_FAULT`` names a point, the process
+kills itself with SIGKILL there, as a power cut or an OOM killer would: no
+``finally`` block, no flush, no atexit handler runs. ``name@N`` kills at the
+N-th time the point is reached in this process (``name`` alone is ``name@1``).
+
+Tests that stay in one process use :func:`inject`, which makes a point raise
+:class:`InjectedFault` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+
+__all__ = ["ENV_VAR", "POINTS", "InjectedFault", "fault", "inject"]
+
+ENV_VAR = "RELSTATE_FAULT"
+
+#: Every fault point, in the order a commit, a load and a close reach them.
+POINTS: tuple[str, ...] = (
+    "spill.after_segment",
+    "commit.start",
+    "changelog.before_write",
+    "changelog.after_temp",
+    "changelog.after_write",
+    "commit.after_local_write",
+    "snapshot.before_checkpoint",
+    "snapshot.before_write",
+    "snapshot.after_temp",
+    "snapshot.after_write",
+    "snapshot.after_upload",
+    "manifest.before_write",
+    "manifest.after_temp",
+    "manifest.after_write",
+    "commit.after_finish",
+    "cleanup.before_delete",
+    "cleanup.after_manifests",
+    "cleanup.after_files",
+    "winner.before_write",
+    "winner.after_temp",
+    "winner.after_write",
+    "load.before_download",
+    "load.after_download",
+    "load.after_replay",
+    "close.before_marker",
+    "close.after_marker",
+)
+_KNOWN = frozenset(POINTS)
+
+_hits: Counter[str] = Counter()
+_injected: dict[str, int] = {}
+
+
+class InjectedFault(Exception):
+    """Raised at a fault point that a test armed with :func:`inject`."""
+
+    def __init__(self, point: str) -> None:
+        super().__init__(f"fault injected at {point!r}")
+        self.point = point
+
+
+def _parse(spec: str) -> tuple[str, int]:
+    point, _, nth = spec.partition("@")
+    return point, int(nth) if nth else 1
+
+
+def fault(name: str) -> None:
+    """Crash (or raise, under :func:`inject`) here if a test asked for it."""
+    if name not in _KNOWN:
+        raise ValueError(f"unknown fault point {name!r}; add it to statestore._faults.POINTS")
+    spec = os.environ.get(ENV_VAR)
+    if spec:
+        point, nth = _parse(spec)
+        if point == name:
+            _hits[name] += 1
+            if _hits[name] == nth:
+                os.kill(os.getpid(), signal.SIGKILL)
+    if name in _injected:
+        _injected[name] -= 1
+        if _injected[name] == 0:
+            del _injected[name]
+            raise InjectedFault(name)
+
+
+@contextlib.contextmanager
+def inject(name: str, nth: int = 1) -> Iterator[None]:
+    """Within the block, the ``nth`` time point ``name`` is reached it raises
+    :class:`InjectedFault` (once)."""
+    if name not in _KNOWN:
+        raise ValueError(f"unknown fault point {name!r}; known points: {POINTS}")
+    if nth < 1:
+        raise ValueError(f"nth counts hits from 1, got {nth}")
+    _injected[name] = nth
+    try:
+        yield
+    finally:
+        _injected.pop(name, None)
