@@ -11,6 +11,11 @@ N-th time the point is reached in this process (``name`` alone is ``name@1``).
 
 Tests that stay in one process use :func:`inject`, which makes a point raise
 :class:`InjectedFault` instead.
+
+Tests of many processes (Spark's Python workers, a driver started again) arm a
+point once with :func:`arm`: a file named after the point in the directory
+that ``RELSTATE_FAULT_DIR`` names. The first process to reach the point removes
+the file and dies there; the others, and later runs, go on.
 """
 
 from __future__ import annotations
@@ -21,12 +26,24 @@ import signal
 from collections import Counter
 from collections.abc import Iterator
 
-__all__ = ["ENV_VAR", "POINTS", "InjectedFault", "fault", "inject"]
+__all__ = [
+    "DIR_ENV_VAR",
+    "ENV_VAR",
+    "POINTS",
+    "RUNNER_POINTS",
+    "STORE_POINTS",
+    "InjectedFault",
+    "arm",
+    "fault",
+    "inject",
+]
 
 ENV_VAR = "RELSTATE_FAULT"
+DIR_ENV_VAR = "RELSTATE_FAULT_DIR"
 
-#: Every fault point, in the order a commit, a load and a close reach them.
-POINTS: tuple[str, ...] = (
+#: The state store's fault points, in the order a commit, a load and a close
+#: reach them.
+STORE_POINTS: tuple[str, ...] = (
     "spill.after_segment",
     "commit.start",
     "changelog.before_write",
@@ -54,6 +71,12 @@ POINTS: tuple[str, ...] = (
     "close.before_marker",
     "close.after_marker",
 )
+#: The Spark runner's: a task that committed its partition but died before
+#: returning its output; a driver that wrote a batch's output but died before
+#: recording the batch.
+RUNNER_POINTS: tuple[str, ...] = ("runner.task_after_commit", "runner.driver_after_sink")
+#: Every fault point.
+POINTS: tuple[str, ...] = STORE_POINTS + RUNNER_POINTS
 _KNOWN = frozenset(POINTS)
 
 _hits: Counter[str] = Counter()
@@ -77,6 +100,14 @@ def fault(name: str) -> None:
     """Crash (or raise, under :func:`inject`) here if a test asked for it."""
     if name not in _KNOWN:
         raise ValueError(f"unknown fault point {name!r}; add it to statestore._faults.POINTS")
+    armed = os.environ.get(DIR_ENV_VAR)
+    if armed:
+        try:
+            os.remove(os.path.join(armed, name))
+        except FileNotFoundError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
     spec = os.environ.get(ENV_VAR)
     if spec:
         point, nth = _parse(spec)
@@ -89,6 +120,16 @@ def fault(name: str) -> None:
         if _injected[name] == 0:
             del _injected[name]
             raise InjectedFault(name)
+
+
+def arm(directory: str, name: str) -> None:
+    """Make the first process that reaches point ``name``, with
+    ``RELSTATE_FAULT_DIR=directory`` in its environment, die there (once)."""
+    if name not in _KNOWN:
+        raise ValueError(f"unknown fault point {name!r}; known points: {POINTS}")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "w"):
+        pass
 
 
 @contextlib.contextmanager

@@ -63,6 +63,12 @@ class MemoryBackend:
         data = self._live()
         return iter(list(data.irange(lower, upper, inclusive=(True, False))))
 
+    def copy(self) -> MemoryBackend:
+        """A new backend holding the same data (a committed version, say)."""
+        other = MemoryBackend()
+        other._data = self._live().copy()
+        return other
+
     def close(self) -> None:
         self._data = None
 

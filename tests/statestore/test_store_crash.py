@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from statestore import StateStore, _checkpoint, _faults, _retention, _store, _transfer
-from statestore._faults import ENV_VAR, POINTS
+from statestore._faults import ENV_VAR
+from statestore._faults import STORE_POINTS as POINTS
 from tests.statestore._crash_worker import (
     OPERATOR,
     TABLES,

@@ -1,0 +1,28 @@
+"""What users run: the operator API, the Spark runner and its sinks.
+
+``operators.testing`` (the record-at-a-time harness) and ``operators.examples``
+are modules of their own.
+"""
+
+from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._runner import RelstateQuery, Watermark, run_operator
+from operators._sinks import BatchSink, ParquetSink
+from operators.errors import InputError, RunnerError
+
+__all__ = [
+    "ROW_KIND",
+    "BatchSink",
+    "InputError",
+    "Operator",
+    "OperatorContext",
+    "ParquetSink",
+    "RelstateQuery",
+    "RowKind",
+    "RunnerError",
+    "TimeDomain",
+    "Timer",
+    "Watermark",
+    "row_kinds",
+    "run_operator",
+]

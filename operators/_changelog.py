@@ -1,0 +1,68 @@
+"""Changelog rows: the kind of change a row carries (Flink's RowKind)."""
+
+from __future__ import annotations
+
+import enum
+
+import pyarrow as pa
+
+from encoding import EncodingError
+
+__all__ = ["ROW_KIND", "RowKind", "row_kinds"]
+
+#: The name of the row-kind column in operator inputs and outputs. An input
+#: without it is append-only: every row is an insert.
+ROW_KIND = "row_kind"
+
+
+class RowKind(enum.Enum):
+    """What a changelog row does to the table it describes."""
+
+    INSERT = "+I"
+    UPDATE_BEFORE = "-U"
+    UPDATE_AFTER = "+U"
+    DELETE = "-D"
+
+    @property
+    def is_accumulate(self) -> bool:
+        """``+I`` and ``+U`` add a row; ``-U`` and ``-D`` retract one."""
+        return self is RowKind.INSERT or self is RowKind.UPDATE_AFTER
+
+    @property
+    def is_retract(self) -> bool:
+        """``-U`` and ``-D`` retract a row."""
+        return not self.is_accumulate
+
+    @classmethod
+    def parse(cls, symbol: str) -> RowKind:
+        """The kind of a symbol (``+I``, ``-U``, ``+U``, ``-D``)."""
+        try:
+            return _BY_SYMBOL[symbol]
+        except KeyError:
+            raise EncodingError(
+                f"unknown row kind {symbol!r}: a changelog row is '+I', '-U', '+U' or '-D'"
+            ) from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_BY_SYMBOL = {k.value: k for k in RowKind}
+
+
+def row_kinds(batch: pa.RecordBatch) -> list[RowKind]:
+    """The kind of each row of ``batch``: its row-kind column, or all inserts
+    when it has none. An unknown symbol or a null raises ``EncodingError``."""
+    index = batch.schema.get_field_index(ROW_KIND)
+    if index < 0:
+        return [RowKind.INSERT] * batch.num_rows
+    symbols = batch.column(index).to_pylist()
+    by_symbol = _BY_SYMBOL
+    try:
+        return [by_symbol[s] for s in symbols]
+    except KeyError:
+        bad = next(s for s in symbols if s not in by_symbol)
+        raise EncodingError(
+            f"unknown row kind {bad!r} in column {ROW_KIND!r}: a changelog row is "
+            "'+I', '-U', '+U' or '-D'"
+        ) from None

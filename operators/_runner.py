@@ -1,0 +1,563 @@
+"""The Spark runner: stateful operators inside Spark executors, exactly once.
+
+Each micro-batch (``foreachBatch``): check the input, tag each input's rows with
+their side, repartition by key, sort by the sequence column if any, and run the
+operator per partition in ``mapInArrow``. Each task opens its partition's
+:class:`~statestore.StateStore`, loads the previous batch's winning commit,
+processes, commits this batch under a fresh commit id, and returns its output
+plus one metadata row. The driver collects the metadata, writes the output
+through the sink, and only then records the batch: its winning commit ids,
+watermark and metrics. A batch that runs again (a retried task, a restarted
+driver) loads the same previous winners, so it ends in the same state and
+output as one that ran once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import structlog
+
+from operators._changelog import ROW_KIND, RowKind
+from operators._operator import Operator
+from operators._sinks import BatchSink
+from operators._task import BatchRun, output_schema, state_metrics, state_tables
+from operators.errors import InputError, RunnerError
+from statestore import LockHeldError, PartitionCheckpoint, StateStore, StoreConfig
+from statestore._faults import fault
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["RelstateQuery", "Watermark", "run_operator"]
+
+_SIDE = "__side"
+_META = "__meta"
+_SEQ = "__seq"
+_SPARK_METRICS = (
+    "numOutputRows",
+    "numTotalStateRows",
+    "numUpdatedStateRows",
+    "numRemovedStateRows",
+    "allUpdatesTimeMs",
+    "allRemovalsTimeMs",
+    "commitTimeMs",
+    "memoryUsedBytes",
+)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """An input's event-time column and how late its rows may be (ms)."""
+
+    column: str
+    delay_ms: int
+
+
+@dataclass
+class _Plan:
+    """What every task of the query needs, pickled to the executors."""
+
+    operator: Operator
+    location: str
+    partitions: int
+    side_columns: list[list[str]]
+    watermarks: dict[int, Watermark]
+    store: StoreConfig
+    #: The least level of relstate's log events in the Python workers, which
+    #: do not share the driver's structlog configuration (``None``: leave it).
+    log_level: int | None = None
+
+
+@dataclass
+class _BatchRecord:
+    """What the driver records once a batch's output is written."""
+
+    batch_id: int
+    winners: dict[int, str]
+    watermark: int | None
+    max_event_time: dict[int, int]
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+# -- the task, in the executors -------------------------------------------------------
+
+
+def _side_batches(
+    batch: pa.RecordBatch, columns: list[list[str]]
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Split a tagged batch into runs of one side, in order, each with that
+    side's own column names."""
+    sides = batch.column(_SIDE).to_pylist()
+    start = 0
+    for i in range(1, len(sides) + 1):
+        if i == len(sides) or sides[i] != sides[start]:
+            side = sides[start]
+            part = batch.slice(start, i - start)
+            names = columns[side]
+            arrays = [part.column(_tagged(side, n)) for n in names]
+            yield side, pa.RecordBatch.from_arrays(arrays, names=names)
+            start = i
+
+
+def _tagged(side: int, name: str) -> str:
+    return name if name in (_SIDE, ROW_KIND) else f"s{side}__{name}"
+
+
+def _run_task(
+    plan: _Plan,
+    batch_id: int,
+    previous: _BatchRecord | None,
+    watermark: int | None,
+    processing_time: int,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        if plan.log_level is not None:
+            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(plan.log_level))
+        partition = context.partitionId()
+        operator = plan.operator
+        store = _open_store(plan, partition, context.attemptNumber())
+        out_schema = _task_schema(operator)
+        try:
+            prev_version = None if previous is None else previous.batch_id
+            commit_id = None if previous is None else previous.winners.get(partition)
+            store.load(prev_version, commit_id)
+            run = BatchRun(
+                operator,
+                store.tables,
+                batch_id,
+                partition,
+                watermark,
+                None if previous is None else previous.watermark,
+                processing_time,
+            )
+            max_time: dict[int, int] = {}
+            for batch in batches:
+                for side, part in _side_batches(batch, plan.side_columns):
+                    mark = plan.watermarks.get(side)
+                    if mark is not None and part.num_rows:
+                        latest = _max_millis(part.column(mark.column))
+                        if latest is not None:
+                            max_time[side] = max(max_time.get(side, latest), latest)
+                    run.process(side, part)
+                    yield _with_meta(run.drain(), out_schema, None)
+            run.fire_timers()
+            run.advance_watermark()
+            output = run.finish()
+            yield _with_meta(output, out_schema, None)
+            metrics = {**run.metrics, **state_metrics(store.tables)}
+            started = time.perf_counter()
+            info = store.commit(batch_id)
+            fault("runner.task_after_commit")
+            metrics["commitTimeMs"] = int((time.perf_counter() - started) * 1000)
+            metrics["memoryUsedBytes"] = info.memory_used_bytes
+            meta = {
+                "partition": partition,
+                "commit_id": info.commit_id,
+                "metrics": metrics,
+                "max_event_time": {str(k): v for k, v in max_time.items()},
+            }
+            yield _with_meta(None, out_schema, json.dumps(meta))
+        finally:
+            store.close()
+
+    return task
+
+
+def _open_store(plan: _Plan, partition: int, attempt: int) -> StateStore:
+    tables = state_tables(plan.operator)
+    try:
+        return StateStore(
+            plan.location,
+            plan.operator.name,
+            partition,
+            tables,
+            plan.store,
+            plan.operator.consistency,
+        )
+    except LockHeldError:
+        # Another attempt of this partition runs on this host (a speculative
+        # copy, or a zombie): give this one a local cache of its own.
+        base = plan.store.local_path(plan.location, plan.operator.name, partition)
+        config = replace(
+            plan.store, local_dir=str(base / f"attempt-{attempt}-{uuid.uuid4().hex[:8]}")
+        )
+        return StateStore(
+            plan.location, plan.operator.name, partition, tables, config, plan.operator.consistency
+        )
+
+
+def _max_millis(column: pa.Array) -> int | None:
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ms", tz=column.type.tz))
+        latest = pc.max(column.cast(pa.int64())).as_py()
+    else:
+        latest = pc.max(column).as_py()
+    return None if latest is None else int(latest)
+
+
+def _task_schema(operator: Operator) -> pa.Schema:
+    """What a task returns: the output rows, and one metadata row (nulls in
+    every output column), so every column is nullable here."""
+    fields = [f.with_nullable(True) for f in output_schema(operator)]
+    return pa.schema([*fields, pa.field(_META, pa.string())])
+
+
+def _with_meta(batch: pa.RecordBatch | None, schema: pa.Schema, meta: str | None) -> pa.RecordBatch:
+    if batch is None:
+        arrays = [pa.nulls(1, type=f.type) for f in schema]
+        arrays[-1] = pa.array([meta], type=pa.string())
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    arrays = [*batch.columns, pa.nulls(batch.num_rows, type=pa.string())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# -- the driver -------------------------------------------------------------------------
+
+
+class RelstateQuery:
+    """The running query: a Spark ``StreamingQuery`` (every attribute of which
+    it passes through) plus relstate's per-batch metrics."""
+
+    def __init__(self, query: StreamingQuery, driver: _Driver) -> None:
+        self._query = query
+        self._driver = driver
+
+    @property
+    def last_metrics(self) -> dict[str, int]:
+        """The last finished batch's metrics, summed over partitions (Spark's
+        names: numOutputRows, numTotalStateRows, ...)."""
+        return dict(self._driver.history[-1].metrics) if self._driver.history else {}
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every batch this run finished: id, watermark, metrics."""
+        return [asdict(r) for r in self._driver.history]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._query, name)
+
+
+class _Driver:
+    """The ``foreachBatch`` function, and the batch records in the checkpoint."""
+
+    def __init__(
+        self, plan: _Plan, keys: list[list[str]], sink: BatchSink, sequence: str | None
+    ) -> None:
+        self.plan = plan
+        self.keys = keys
+        self.sink = sink
+        self.sequence = sequence
+        self.history: list[_BatchRecord] = []
+        self.fs, root = pafs.FileSystem.from_uri(_as_uri(plan.location))
+        self.root = f"{root}/_runner"
+        self.fs.create_dir(f"{self.root}/batches", recursive=True)
+        self.log = structlog.get_logger("relstate").bind(operator=plan.operator.name)
+
+    # -- records ----------------------------------------------------------------------
+
+    def _record_path(self, batch_id: int) -> str:
+        return f"{self.root}/batches/{batch_id:020d}.json"
+
+    def previous(self, batch_id: int) -> _BatchRecord | None:
+        """The record of the newest batch before ``batch_id``."""
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/batches"))
+        ids = sorted(
+            int(i.base_name[:-5])
+            for i in infos
+            if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()
+        )
+        earlier = [i for i in ids if i < batch_id]
+        if not earlier:
+            return None
+        with self.fs.open_input_stream(self._record_path(earlier[-1])) as src:
+            obj = json.loads(src.read())
+        return _BatchRecord(
+            batch_id=obj["batch_id"],
+            winners={int(k): v for k, v in obj["winners"].items()},
+            watermark=obj["watermark"],
+            max_event_time={int(k): v for k, v in obj["max_event_time"].items()},
+            metrics=obj["metrics"],
+        )
+
+    def _processing_time(self, batch_id: int) -> int:
+        """The batch's processing time: recorded before its first run, so that
+        a batch that runs again (after a driver restart) sees the same one."""
+        path = f"{self.root}/batches/{batch_id:020d}.start"
+        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+            with self.fs.open_input_stream(path) as src:
+                return int(src.read())
+        now = int(time.time() * 1000)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(str(now).encode())
+        self.fs.move(tmp, path)
+        return now
+
+    def _write_record(self, record: _BatchRecord) -> None:
+        data = json.dumps(asdict(record), sort_keys=True).encode()
+        tmp = f"{self._record_path(record.batch_id)}.tmp-{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, self._record_path(record.batch_id))
+
+    def check_query(self, key_types: list[list[str]]) -> None:
+        """Record the query's shape on its first batch; refuse a later run with
+        another partition count or key types."""
+        path = f"{self.root}/query.json"
+        shape = {
+            "operator": self.plan.operator.name,
+            "partitions": self.plan.partitions,
+            "key_types": key_types,
+        }
+        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+            with self.fs.open_output_stream(path) as out:
+                out.write(json.dumps(shape, sort_keys=True).encode())
+            return
+        with self.fs.open_input_stream(path) as src:
+            recorded = json.loads(src.read())
+        for what in ("operator", "partitions", "key_types"):
+            if recorded[what] != shape[what]:
+                raise InputError(
+                    f"the checkpoint at {self.plan.location} was written with {what} "
+                    f"{recorded[what]!r}; this query has {shape[what]!r}. Keep it, or start "
+                    "from a new checkpoint (relstate cannot repartition state in place yet)"
+                )
+
+    # -- one batch ---------------------------------------------------------------------
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        started = time.perf_counter()
+        previous = self.previous(batch_id)
+        watermark = self._watermark(previous)
+        self._check_input(batch)
+        processing_time = self._processing_time(batch_id)
+        keyed = batch.repartition(
+            self.plan.partitions, *[F.col(f"__k{i}") for i in range(len(self.keys[0]))]
+        )
+        if self.sequence is not None:
+            keyed = keyed.sortWithinPartitions(self.sequence)
+        task = _run_task(self.plan, batch_id, previous, watermark, processing_time)
+        schema = from_arrow_schema(_task_schema(self.plan.operator))
+        result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            metas = [
+                json.loads(r[0])
+                for r in result.where(F.col(_META).isNotNull()).select(_META).collect()
+            ]
+            got = sorted(m["partition"] for m in metas)
+            if got != list(range(self.plan.partitions)):
+                raise RunnerError(
+                    f"batch {batch_id}: tasks committed partitions {got}, expected "
+                    f"0..{self.plan.partitions - 1}; the batch is not recorded and runs again"
+                )
+            self.sink(result.where(F.col(_META).isNull()).drop(_META), batch_id)
+        finally:
+            result.unpersist()
+        fault("runner.driver_after_sink")
+        record = self._record(batch_id, previous, watermark, metas)
+        for m in metas:
+            PartitionCheckpoint(
+                self.plan.location, self.plan.operator.name, m["partition"]
+            ).record_winner(batch_id, m["commit_id"])
+        self._write_record(record)
+        self.history.append(record)
+        self.log.info(
+            "relstate.batch",
+            batch_id=batch_id,
+            watermark=watermark,
+            durationMs=int((time.perf_counter() - started) * 1000),
+            **record.metrics,
+        )
+
+    def _watermark(self, previous: _BatchRecord | None) -> int | None:
+        """Spark's rule: the minimum over inputs of (max event time seen
+        before this batch - delay); it never goes back."""
+        if previous is None or not self.plan.watermarks:
+            return None
+        candidates = []
+        for side, mark in self.plan.watermarks.items():
+            seen = previous.max_event_time.get(side)
+            if seen is None:
+                return previous.watermark
+            candidates.append(seen - mark.delay_ms)
+        current = min(candidates)
+        if previous.watermark is not None:
+            current = max(current, previous.watermark)
+        return current
+
+    def _record(
+        self,
+        batch_id: int,
+        previous: _BatchRecord | None,
+        watermark: int | None,
+        metas: list[dict[str, Any]],
+    ) -> _BatchRecord:
+        seen = dict(previous.max_event_time) if previous else {}
+        totals = dict.fromkeys(_SPARK_METRICS, 0)
+        for m in metas:
+            for k, v in m["metrics"].items():
+                totals[k] = totals.get(k, 0) + int(v)
+            for side, t in m["max_event_time"].items():
+                seen[int(side)] = max(seen.get(int(side), t), t)
+        return _BatchRecord(
+            batch_id=batch_id,
+            winners={m["partition"]: m["commit_id"] for m in metas},
+            watermark=watermark,
+            max_event_time=seen,
+            metrics=totals,
+        )
+
+    def _check_input(self, batch: DataFrame) -> None:
+        """Unknown row kinds fail the batch before any task runs."""
+        from pyspark.sql import functions as F
+
+        if ROW_KIND not in batch.columns:
+            return
+        valid = [k.value for k in RowKind]
+        bad = (
+            batch.where(F.col(ROW_KIND).isNull() | ~F.col(ROW_KIND).isin(valid))
+            .select(ROW_KIND)
+            .limit(3)
+            .collect()
+        )
+        if bad:
+            raise InputError(
+                f"unknown row kind(s) {[r[0] for r in bad]!r} in column {ROW_KIND!r}; a "
+                "changelog row is '+I', '-U', '+U' or '-D'. Nothing of this batch was committed"
+            )
+
+
+def _as_uri(path: str) -> str:
+    import os
+
+    return path if "://" in path else f"file://{os.path.abspath(path)}"
+
+
+def _key_lists(keys: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
+    """One list of key column names per input (a flat list serves every input)."""
+    if keys and all(isinstance(k, str) for k in keys):
+        return [[str(k) for k in keys]]
+    return [[str(c) for c in k] for k in keys if not isinstance(k, str)]
+
+
+def run_operator(
+    inputs: DataFrame | Sequence[DataFrame],
+    operator: Operator,
+    keys: Sequence[str] | Sequence[Sequence[str]],
+    partitions: int,
+    checkpoint: str,
+    sink: BatchSink,
+    watermarks: Mapping[int, Watermark] | None = None,
+    sequence_column: str | None = None,
+    store_config: StoreConfig | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    log_level: int | None = None,
+) -> RelstateQuery:
+    """Run ``operator`` over one or two streaming DataFrames and return the
+    running query.
+
+    ``keys`` are the key columns (one list per input for two inputs; the
+    inputs' keys must have the same types, in order); rows with equal keys meet
+    in one task. ``partitions`` is fixed for the life of the checkpoint.
+    ``checkpoint`` holds the operator's state (any ``pyarrow.fs`` location)
+    and Spark's own stream checkpoint. ``sink`` receives each batch's output
+    (with the ``row_kind`` column) and its id, and must be idempotent
+    (:class:`ParquetSink` is). ``watermarks`` maps an input index to its
+    event-time column and delay. ``sequence_column`` (default: the operator's)
+    orders each partition's rows. ``log_level`` (a ``logging`` level) filters
+    relstate's log events in the Python workers.
+    """
+    from pyspark.sql import functions as F
+
+    frames: list[DataFrame] = [inputs] if not isinstance(inputs, Sequence) else list(inputs)
+    if not 1 <= len(frames) <= 2 or len(frames) != len(operator.inputs):
+        raise InputError(
+            f"operator {operator.name!r} takes {len(operator.inputs)} input(s); got {len(frames)}"
+        )
+    key_lists = _key_lists(keys)
+    if len(key_lists) == 1 and len(frames) == 2:
+        key_lists = key_lists * 2
+    if len(key_lists) != len(frames) or len({len(k) for k in key_lists}) != 1:
+        raise InputError(f"give one list of key columns per input, of equal length; got {keys!r}")
+    if not isinstance(partitions, int) or partitions < 1:
+        raise InputError(f"partitions must be a positive integer, got {partitions!r}")
+
+    sequence = sequence_column or operator.sequence_column
+    key_types: list[list[str]] = []
+    tagged = []
+    side_columns: list[list[str]] = []
+    for side, (frame, key_cols) in enumerate(zip(frames, key_lists, strict=True)):
+        missing = [c for c in key_cols if c not in frame.columns]
+        if missing:
+            raise InputError(
+                f"input {side} has no key column(s) {missing}; its columns are {frame.columns}"
+            )
+        types = [frame.schema[c].dataType.simpleString() for c in key_cols]
+        key_types.append(types)
+        names = list(frame.columns)
+        side_columns.append(
+            [n for n in names if n != ROW_KIND] + ([ROW_KIND] if ROW_KIND in names else [])
+        )
+        cols = [F.col(f"`{n}`").alias(_tagged(side, n)) for n in names if n != ROW_KIND]
+        kind = F.col(ROW_KIND) if ROW_KIND in names else F.lit(RowKind.INSERT.value)
+        cols += [kind.alias(ROW_KIND), F.lit(side).alias(_SIDE)]
+        cols += [F.col(f"`{c}`").alias(f"__k{i}") for i, c in enumerate(key_cols)]
+        if sequence is not None:
+            if sequence not in names:
+                raise InputError(
+                    f"input {side} has no sequence column {sequence!r}; its columns are {names}"
+                )
+            cols.append(F.col(f"`{sequence}`").alias(_SEQ))
+        tagged.append(frame.select(*cols))
+    if len(key_types) == 2 and key_types[0] != key_types[1]:
+        raise InputError(
+            f"the inputs' key columns have different types {key_types[0]} and {key_types[1]}; "
+            "rows with equal keys must hash alike, so cast them to one type"
+        )
+    for names in side_columns:
+        if ROW_KIND not in names:
+            names.append(ROW_KIND)
+    stream = (
+        tagged[0]
+        if len(tagged) == 1
+        else tagged[0].unionByName(tagged[1], allowMissingColumns=True)
+    )
+    plan = _Plan(
+        operator=operator,
+        location=checkpoint.rstrip("/") + "/state",
+        partitions=partitions,
+        side_columns=side_columns,
+        watermarks=dict(watermarks or {}),
+        store=replace(store_config or StoreConfig(), partition_count=partitions),
+        log_level=log_level,
+    )
+    driver = _Driver(plan, key_lists, sink, None if sequence is None else _SEQ)
+    driver.check_query(key_types)
+    writer = stream.writeStream.foreachBatch(driver).option(
+        "checkpointLocation", checkpoint.rstrip("/") + "/spark"
+    )
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return RelstateQuery(writer.start(), driver)

@@ -1,0 +1,182 @@
+"""The Spark runner, on real Spark: results, exactly-once under failures, and
+bad input."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from operators._runner import run_operator
+from operators._sinks import ParquetSink
+from operators._task import state_tables
+from operators.demo import ORDERS, DemoConfig, generate, reference
+from operators.errors import InputError
+from operators.examples import RunningAggregate
+from statestore import PartitionCheckpoint, StateStore
+from statestore._faults import arm
+
+pytestmark = pytest.mark.spark
+
+
+def _source(root: Path, batches: list[pa.Table]) -> str:
+    source = root / "source"
+    source.mkdir(parents=True)
+    for i, table in enumerate(batches):
+        pq.write_table(table, source / f"orders-{i:04d}.parquet")
+    return str(source)
+
+
+def _run(spark: Any, root: Path, batches: list[pa.Table], partitions: int = 3) -> ParquetSink:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    source = root / "source"
+    if not source.exists():
+        _source(root, batches)
+    stream = spark.readStream.schema(from_arrow_schema(ORDERS)).option("maxFilesPerTrigger", 1)
+    sink = ParquetSink(str(root / "output"))
+    query = run_operator(
+        stream.parquet(str(source)),
+        RunningAggregate(),
+        keys=["key"],
+        partitions=partitions,
+        checkpoint=str(root / "checkpoint"),
+        sink=sink,
+        sequence_column="seq",
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    assert len(query.history) == len(batches) or root.joinpath("resumed").exists()
+    return sink
+
+
+def _per_batch(spark: Any, sink: ParquetSink) -> list[Counter[tuple[Any, ...]]]:
+    out: dict[int, Counter[tuple[Any, ...]]] = {}
+    for r in sink.read(spark).collect():
+        out.setdefault(r["batch"], Counter())[
+            (r["row_kind"], r["key"], r["count"], r["total"])
+        ] += 1
+    return [out.get(i, Counter()) for i in range(max(out) + 1)] if out else []
+
+
+@pytest.fixture(scope="module")
+def small() -> list[pa.Table]:
+    """Three batches of a small orders changelog."""
+    return generate(DemoConfig(batches=3, orders_per_batch=300, customers=25, seed=3))
+
+
+class TestRunner:
+    def test_output_equals_record_at_a_time(
+        self, spark: Any, tmp_path: Path, small: list[pa.Table]
+    ) -> None:
+        """Each batch's output through Spark equals the operator run record at a
+        time in memory, and the state holds one row per live customer."""
+        sink = _run(spark, tmp_path, small)
+        expected = reference(small)
+        assert _per_batch(spark, sink) == expected
+        orders: dict[int, tuple[str, int]] = {}
+        for table in small:
+            for r in table.to_pylist():
+                if r["row_kind"] in ("+I", "+U"):
+                    orders[r["order_id"]] = (r["key"], r["value"])
+                else:
+                    del orders[r["order_id"]]
+        live: dict[str, tuple[int, int]] = {}
+        for customer, amount in orders.values():
+            count, total = live.get(customer, (0, 0))
+            live[customer] = (count + 1, total + amount)
+        stored: dict[str, tuple[int, int]] = {}
+        last = len(small) - 1
+        for partition in range(3):
+            with StateStore(
+                str(tmp_path / "checkpoint" / "state"),
+                "running_aggregate",
+                partition,
+                state_tables(RunningAggregate()),
+            ) as store:
+                store.load(last)
+                stored.update({k: (c, t) for k, c, t in store.table("aggregates").scan()})
+        assert stored == live
+
+    def test_task_dies_after_commit_and_is_retried(
+        self, spark: Any, tmp_path: Path, small: list[pa.Table], fault_dir: Path
+    ) -> None:
+        """A task killed after committing its partition is retried: the batch
+        has two attempts of that version, the recorded winner is the retry's,
+        and output and state equal a run with no failure."""
+        arm(str(fault_dir), "runner.task_after_commit")
+        sink = _run(spark, tmp_path, small)
+        assert not (fault_dir / "runner.task_after_commit").exists(), "the fault must fire"
+        assert _per_batch(spark, sink) == reference(small)
+        location = str(tmp_path / "checkpoint" / "state")
+        attempts = [
+            len(PartitionCheckpoint(location, "running_aggregate", p).commits(0)) for p in range(3)
+        ]
+        assert sorted(attempts) == [1, 1, 2]
+
+    def test_resume_after_stop_continues(
+        self, spark: Any, tmp_path: Path, small: list[pa.Table]
+    ) -> None:
+        """A query stopped and started again on its checkpoint goes on from the
+        next batch, with state carried over."""
+        _run(spark, tmp_path, small[:2])
+        more = tmp_path / "source" / "orders-0002.parquet"
+        pq.write_table(small[2], more)
+        tmp_path.joinpath("resumed").touch()
+        sink = _run(spark, tmp_path, small)
+        assert _per_batch(spark, sink) == reference(small)
+
+
+class TestBadInput:
+    def test_unknown_row_kind_fails_the_batch(self, spark: Any, tmp_path: Path) -> None:
+        """An unknown row kind fails the batch before any partition commits."""
+        bad = pa.Table.from_pylist(
+            [{"order_id": 1, "key": "c", "value": 5, "row_kind": "+X", "seq": 0}], ORDERS
+        )
+        with pytest.raises(Exception, match="unknown row kind"):
+            _run(spark, tmp_path, [bad])
+        state = tmp_path / "checkpoint" / "state"
+        assert all(
+            not PartitionCheckpoint(str(state), "running_aggregate", p).versions() for p in range(3)
+        )
+
+    def test_changed_partition_count_is_refused(
+        self, spark: Any, tmp_path: Path, small: list[pa.Table]
+    ) -> None:
+        """Restarting a checkpoint with another partition count is a clear error."""
+        _run(spark, tmp_path, small[:1], partitions=3)
+        with pytest.raises(InputError, match="partitions"):
+            _run(spark, tmp_path, small[:1], partitions=4)
+
+    def test_missing_key_column(self, spark: Any, tmp_path: Path) -> None:
+        """A key column the input does not have is refused before the query starts."""
+        stream = spark.readStream.schema("key string, value long").parquet(str(tmp_path))
+        with pytest.raises(InputError, match="no key column"):
+            run_operator(
+                stream,
+                RunningAggregate(),
+                keys=["customer"],
+                partitions=2,
+                checkpoint=str(tmp_path / "ck"),
+                sink=ParquetSink(str(tmp_path / "out")),
+            )
+
+    def test_key_type_change_is_refused(
+        self, spark: Any, tmp_path: Path, small: list[pa.Table]
+    ) -> None:
+        """Restarting with the key column of another type is a clear error."""
+        _run(spark, tmp_path, small[:1])
+        stream = spark.readStream.schema("key long, value long").parquet(str(tmp_path / "source"))
+        with pytest.raises(InputError, match="key_types"):
+            run_operator(
+                stream,
+                RunningAggregate(key_type=pa.int64()),
+                keys=["key"],
+                partitions=3,
+                checkpoint=str(tmp_path / "checkpoint"),
+                sink=ParquetSink(str(tmp_path / "out2")),
+            )
