@@ -180,3 +180,83 @@ class TestBadInput:
                 checkpoint=str(tmp_path / "checkpoint"),
                 sink=ParquetSink(str(tmp_path / "out2")),
             )
+
+
+class TestWatermarks:
+    def test_sessions_follow_spark_watermark_rule(self, spark: Any, tmp_path: Path) -> None:
+        """With an event-time watermark, each batch's output equals the harness
+        run at the watermark Spark's rule gives (max event time seen in earlier
+        batches minus the delay), and the batch records carry that watermark."""
+        import datetime as dt
+
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from operators import Watermark
+        from operators.examples import Sessions
+        from operators.testing import OperatorHarness
+
+        gap, delay = 1_000, 2_000
+        schema = pa.schema(
+            [
+                pa.field("user", pa.string(), nullable=False),
+                pa.field("ts", pa.timestamp("us"), nullable=False),
+                pa.field("value", pa.int64(), nullable=False),
+            ]
+        )
+        epoch = dt.datetime(2026, 1, 1)
+        times = [[0, 300, 5_000, 5_500], [9_000, 2_800, 12_000], [20_000, 9_500], [40_000]]
+        batches = [
+            pa.Table.from_pylist(
+                [
+                    {"user": u, "ts": epoch + dt.timedelta(milliseconds=t), "value": 1}
+                    for t in ts
+                    for u in ("ann", "bob")
+                ],
+                schema,
+            )
+            for ts in times
+        ]
+        source = tmp_path / "source"
+        source.mkdir()
+        for i, table in enumerate(batches):
+            pq.write_table(table, source / f"events-{i:04d}.parquet")
+        stream = (
+            spark.readStream.schema(from_arrow_schema(schema))
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(source))
+        )
+        sink = ParquetSink(str(tmp_path / "output"))
+        query = run_operator(
+            stream,
+            Sessions(gap=gap),
+            keys=["user"],
+            partitions=2,
+            checkpoint=str(tmp_path / "checkpoint"),
+            sink=sink,
+            watermarks={0: Watermark("ts", delay)},
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+
+        base = int(epoch.replace(tzinfo=dt.UTC).timestamp() * 1000)
+        expected_marks: list[int | None] = [None]
+        seen = -(2**63)
+        for ts in times[:-1]:
+            seen = max(seen, base + max(ts))
+            expected_marks.append(max(seen - delay, expected_marks[-1] or -(2**63)))
+        assert [r["watermark"] for r in query.history] == expected_marks
+
+        expected = []
+        with OperatorHarness(Sessions(gap=gap)) as harness:
+            for mark, table in zip(expected_marks, batches, strict=True):
+                emitted = [] if mark is None else harness.advance_watermark(mark)
+                emitted += harness.process_rows([tuple(r.values()) for r in table.to_pylist()])
+                harness.commit()
+                expected.append(Counter((k.value, *row) for k, row in emitted))
+        got: dict[int, Counter[tuple[Any, ...]]] = {}
+        for r in sink.read(spark).collect():
+            row = (r["row_kind"], r["user"], r["start"], r["end"], r["count"], r["total"])
+            got.setdefault(r["batch"], Counter())[row] += 1
+        assert [got.get(i, Counter()) for i in range(len(batches))] == expected
+        assert sum(sum(c.values()) for c in expected) > 0, "some session must close"
+        assert query.last_metrics["numOutputRows"] == sum(expected[-1].values())
