@@ -1,6 +1,8 @@
 """Bytes: table schemas, order-preserving keys, row and cell values."""
 
+from encoding._cell import CellCodec
 from encoding._keys import KeyCodec, prefix_successor
+from encoding._row import RowCodec
 from encoding._schema import (
     MAX_TABLE_ID,
     Direction,
@@ -9,7 +11,7 @@ from encoding._schema import (
     TableSchema,
     ValueLayout,
 )
-from encoding._values import FORMAT_VERSION, CellCodec, RowCodec
+from encoding._value_columns import FORMAT_VERSION
 from encoding.errors import DecodingError, EncodingError, SchemaError, StateStoreError
 
 __all__ = [

@@ -21,11 +21,12 @@ from encoding import (
     DecodingError,
     Direction,
     EncodingError,
+    KeyCodec,
     KeyColumn,
     NullOrder,
     TableSchema,
+    prefix_successor,
 )
-from encoding._keys import KeyCodec, prefix_successor
 from tests.strategies import key_schemas, keys_for, rows_for, table_schemas
 
 PROPERTY = settings(max_examples=200, deadline=None)

@@ -1,4 +1,4 @@
-"""Tests for the row and cell value layouts (encoding._values)."""
+"""Tests for the row and cell value layouts (RowCodec, CellCodec)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from encoding import DecodingError, EncodingError, TableSchema
-from encoding._values import FORMAT_VERSION, CellCodec, RowCodec
+from encoding import (
+    FORMAT_VERSION,
+    CellCodec,
+    DecodingError,
+    EncodingError,
+    RowCodec,
+    TableSchema,
+)
 from tests.strategies import (
     SUPPORTED_TYPES,
     bad_values_of,
@@ -630,3 +636,24 @@ class TestCellCodec:
         """Truncated, trailing, unknown-version or corrupt cells raise DecodingError."""
         with pytest.raises(DecodingError, match=message):
             CellCodec(FOUR).decode((1,), [(suffix, value)])
+
+
+class TestHugeDecimals:
+    def test_huge_exponent_is_refused_at_once(self) -> None:
+        """A decimal far beyond the column's precision is refused without
+        materialising its digits (it once took tens of seconds)."""
+        import decimal
+        import time
+
+        import pyarrow as pa
+
+        from encoding import CellCodec, EncodingError, RowCodec, TableSchema
+
+        schema = TableSchema(
+            1, pa.schema([("k", pa.int64()), ("d", pa.decimal128(4, -2))]), ["k"], layout="cell"
+        )
+        for codec in (RowCodec(schema), CellCodec(schema)):
+            started = time.perf_counter()
+            with pytest.raises(EncodingError, match="decimal"):
+                codec.encode((1, decimal.Decimal("1E+1000000")))
+            assert time.perf_counter() - started < 1.0
