@@ -59,11 +59,18 @@ class MemTable:
     in ``new`` but not in ``old`` is an Insert; in both, a Delete when its new row
     is ``None`` and an Update otherwise. A bulk insert is then one
     ``dict.update``, and ``new.items()`` are the commit's writes as they stand.
+
+    With ``blind_inserts`` (callers that insert without checking storage) an
+    Insert may cover a committed row, so Insert + delete cannot be "nothing":
+    it leaves a *tombstone*, a key in ``new`` with ``None`` but not in ``old``,
+    which deletes whatever storage holds and counts as neither an insert nor a
+    delete.
     """
 
-    __slots__ = ("_new", "_old", "_sorted", "deletes", "inserts")
+    __slots__ = ("_blind", "_new", "_old", "_sorted", "deletes", "inserts")
 
-    def __init__(self) -> None:
+    def __init__(self, blind_inserts: bool = False) -> None:
+        self._blind = blind_inserts
         self._new: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes] = {}
         # Built on the first ordered read of the epoch, then kept up to date, so
@@ -97,6 +104,8 @@ class MemTable:
         assert new is None or isinstance(new, bytes)
         old = self._old.get(key)
         if old is None:
+            if new is None:  # a tombstone
+                return KeyOp(OpKind.DELETE, None, None)
             return KeyOp(OpKind.INSERT, None, new)
         return KeyOp(OpKind.DELETE if new is None else OpKind.UPDATE, old, new)
 
@@ -121,9 +130,17 @@ class MemTable:
             self.inserts += 1
             return True
         if prev is None:  # Delete(a) + insert(v) = Update(a, v)
-            self.deletes -= 1
+            self._revive(key)
             return True
         return False  # over Insert / Update: the newest row wins
+
+    def _revive(self, key: bytes) -> None:
+        """A deleted key gets a row again: an Update, or after a tombstone an
+        Insert."""
+        if key in self._old:
+            self.deletes -= 1
+        else:
+            self.inserts += 1
 
     def delete(self, key: bytes, old: bytes) -> bool:
         """Record a delete of ``old``; ``False`` if it was a conflict."""
@@ -139,6 +156,9 @@ class MemTable:
         if key in self._old:  # Update(a, b) + delete = Delete(a)
             self._new[key] = None
             self.deletes += 1
+        elif self._blind:  # Insert(a) + delete = a tombstone
+            self._new[key] = None
+            self.inserts -= 1
         else:  # Insert(a) + delete = nothing
             self._forget(key)
             self.inserts -= 1
@@ -154,7 +174,7 @@ class MemTable:
             return True
         if prev is None:
             # Update of a deleted row: the newest operation makes it exist again.
-            self.deletes -= 1
+            self._revive(key)
             return False
         return True  # Insert stays Insert(new); Update(a, b) becomes Update(a, new)
 
@@ -176,11 +196,11 @@ class MemTable:
         forgets the key): for a caller that has squared the epoch with
         storage."""
         if key in self._new:
-            kind = self.get(key)
-            assert kind is not None
-            if kind.kind is OpKind.INSERT:
+            prev = self.get(key)
+            assert prev is not None
+            if prev.kind is OpKind.INSERT:
                 self.inserts -= 1
-            elif kind.kind is OpKind.DELETE:
+            elif prev.kind is OpKind.DELETE and prev.old is not None:  # not a tombstone
                 self.deletes -= 1
             self._forget(key)
         if op is None:
@@ -191,7 +211,7 @@ class MemTable:
         self._add_key(key)
         if op.kind is OpKind.INSERT:
             self.inserts += 1
-        elif op.kind is OpKind.DELETE:
+        elif op.kind is OpKind.DELETE and op.old is not None:
             self.deletes += 1
 
     def drop_range(self, lower: bytes, upper: bytes) -> list[tuple[bytes, KeyOp]]:
@@ -221,6 +241,12 @@ class MemTable:
         keys = self._ordered().irange(lower, upper, inclusive=(True, False), reverse=reverse)
         new = self._new
         return [(k, new[k]) for k in keys]
+
+    def entries(self) -> list[tuple[bytes, bytes | None, bool]]:
+        """Every touched key with its row after the epoch and whether it
+        existed before the epoch (``False``: its net operation is an Insert)."""
+        old = self._old
+        return [(k, v, k in old) for k, v in self._new.items()]
 
     def writes(self) -> list[tuple[bytes, bytes | None]]:
         """Every key with its row after the epoch (``None``: delete it), in no

@@ -113,7 +113,7 @@ class StateTable:
         self._prefix = schema.prefix
         self._upper = prefix_successor(self._prefix)
         self._meta_key = meta_key(schema.table_id)
-        self._mem = MemTable()
+        self._mem = MemTable(blind_inserts=not self._strict)
         self._range_deletes: list[tuple[bytes, bytes]] = []
         # The epoch's effect on the row count from operations already spilled,
         # and rows removed by range deletes not yet spilled.
@@ -289,6 +289,11 @@ class StateTable:
         """
         lower, upper = self._bounds(prefix, start, end)
         decode = self.rows.decode
+        if not self._mem and not self._range_deletes and self._cells is None:
+            # Nothing to merge: the stored values are the rows.
+            for _, raw in self.backend.items(lower, upper, reverse):
+                yield decode(raw)
+            return
         for _, value in self._merged(lower, upper, reverse):
             yield decode(value) if isinstance(value, bytes) else value
 
@@ -621,23 +626,33 @@ class StateTable:
 
     def _verify_relaxed(self) -> None:
         """Turn the epoch's operations into ones that agree with storage, with
-        one multi-get, so that the row count stays exact; log what disagreed."""
-        entries = list(self._mem.items())
+        one multi-get, so that the row count stays exact; log what disagreed.
+        Only the disagreements build operations."""
+        entries = self._mem.entries()
         if not entries:
             return
-        stored = self._stored_many([k for k, _ in entries])
-        for (key, op), current in zip(entries, stored, strict=True):
-            exists = current is not None
-            if op.kind is OpKind.INSERT and exists:
-                assert current is not None and op.new is not None
-                self._mem.replace(key, KeyOp(OpKind.UPDATE, self._as_bytes(current), op.new))
+        stored = self._stored_many([k for k, _, _ in entries])
+        for (key, new, existed), current in zip(entries, stored, strict=True):
+            if not existed and new is None:  # a tombstone: Insert + delete
+                if current is None:
+                    self._mem.replace(key, None)
+                else:
+                    old = self._as_bytes(current)
+                    self._mem.replace(key, KeyOp(OpKind.DELETE, old, None))
+                    self._relaxed("insert over a committed row", key)
+                continue
+            if existed == (current is not None):
+                continue
+            if current is not None:  # an Insert over a committed row
+                assert new is not None
+                old = self._as_bytes(current)
+                self._mem.replace(key, KeyOp(OpKind.UPDATE, old, new))
                 self._relaxed("insert over a committed row", key)
-            elif op.kind is OpKind.DELETE and not exists:
+            elif new is None:  # a Delete of a row that is not committed
                 self._mem.replace(key, None)
                 self._relaxed("delete of a row that is not committed", key)
-            elif op.kind is OpKind.UPDATE and not exists:
-                assert op.new is not None
-                self._mem.replace(key, KeyOp(OpKind.INSERT, None, op.new))
+            else:  # an Update of a row that is not committed
+                self._mem.replace(key, KeyOp(OpKind.INSERT, None, new))
                 self._relaxed("update of a row that is not committed", key)
 
     def finish_commit(self, epoch: int) -> None:

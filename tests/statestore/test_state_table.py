@@ -133,6 +133,25 @@ class TestConsistency:
         assert len(events) == 2
 
 
+    @pytest.mark.parametrize("mode", ["relaxed", "unchecked"])
+    def test_blind_insert_then_delete_removes_committed_row(
+        self, backend: KVBackend, layout: str, mode: str
+    ) -> None:
+        """Without checks, insert over a committed row then delete, in one
+        epoch, leaves the key deleted (a tombstone), not the committed row."""
+        t = _table(backend, layout, mode)
+        t.insert((1, 1, 1))
+        t.commit(1)
+        t.insert((1, 2, 2))
+        t.delete((1, 2, 2))
+        assert t.get_row((1,)) is None
+        assert list(t.scan()) == []
+        t.commit(2)
+        assert t.get_row((1,)) is None
+        if mode == "relaxed":
+            assert t.row_count == 0
+
+
 class TestScan:
     COLS = pa.schema([("jk", pa.int32()), ("pk", pa.string()), ("v", pa.float64())])
 
