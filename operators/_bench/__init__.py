@@ -1,0 +1,14 @@
+"""The encoding benchmark behind ``relstate bench``.
+
+Three comparisons, every figure a ratio measured side by side in one run: the
+row layout against the cell layout, StateTable against raw rocksdict, and the
+batch codecs against per-row encoding. ``bench/`` runs the same workloads under
+pytest-benchmark.
+"""
+
+from operators._bench import charts, report
+from operators._bench.config import BenchConfig
+from operators._bench.measure import Figure, Section
+from operators._bench.runner import BenchResult, Machine, run
+
+__all__ = ["BenchConfig", "BenchResult", "Figure", "Machine", "Section", "charts", "report", "run"]
