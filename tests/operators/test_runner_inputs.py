@@ -1,0 +1,149 @@
+"""Two inputs through the Spark runner, and a second attempt of a partition on
+the same host (what a speculative copy is)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from encoding import TableSchema
+from operators import Operator, OperatorContext, ParquetSink, RowKind, run_operator
+from operators._runner import _open_store, _Plan
+from operators.testing import OperatorHarness
+from statestore import StateStore, StoreConfig
+
+
+def _pickle_by_value() -> None:
+    import sys
+
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# Spark's Python workers cannot import this test module: ship its classes by
+# value (what a user does for an operator defined outside an installed package).
+_pickle_by_value()
+
+LEFT = pa.schema([("id", pa.int64()), ("name", pa.string())])
+RIGHT = pa.schema([("ref", pa.int64()), ("amount", pa.int64())])
+
+
+class SideCounts(Operator):
+    """Per key: how many rows each side has sent; an upsert changelog."""
+
+    name = "side_counts"
+    inputs = [LEFT, RIGHT]
+    output = pa.schema([("key", pa.int64()), ("left", pa.int64()), ("right", pa.int64())])
+    tables = [
+        TableSchema(
+            1,
+            pa.schema([("key", pa.int64()), ("left", pa.int64()), ("right", pa.int64())]),
+            ["key"],
+            name="counts",
+        )
+    ]
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        table = ctx.table("counts")
+        old = table.get_row((row[0],))
+        left, right = (0, 0) if old is None else (old[1], old[2])
+        new = (row[0], left + (side == 0), right + (side == 1))
+        if old is None:
+            table.insert(new)
+            ctx.emit(new, RowKind.INSERT)
+        else:
+            table.update(old, new)
+            ctx.emit(old, RowKind.UPDATE_BEFORE)
+            ctx.emit(new, RowKind.UPDATE_AFTER)
+
+
+@pytest.mark.spark
+class TestTwoInputs:
+    def test_both_sides_of_a_key_meet_in_one_task(self, spark: Any, tmp_path: Path) -> None:
+        """Rows of both inputs with equal keys reach one task, each with its
+        own side and columns; the final counts equal the harness's."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        lefts = [[(k, f"n{k}") for k in range(20)], [(k, "again") for k in range(0, 20, 3)]]
+        rights = [[(k % 7, k) for k in range(30)], [(k, -k) for k in range(5)]]
+        for side, (schema, batches) in enumerate(((LEFT, lefts), (RIGHT, rights))):
+            directory = tmp_path / f"side{side}"
+            directory.mkdir()
+            for i, rows in enumerate(batches):
+                table = pa.Table.from_pylist(
+                    [dict(zip(schema.names, r, strict=True)) for r in rows], schema
+                )
+                pq.write_table(table, directory / f"part-{i:04d}.parquet")
+        streams = [
+            spark.readStream.schema(from_arrow_schema(s))
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(tmp_path / f"side{i}"))
+            for i, s in enumerate((LEFT, RIGHT))
+        ]
+        sink = ParquetSink(str(tmp_path / "out"))
+        query = run_operator(
+            streams,
+            SideCounts(),
+            keys=[["id"], ["ref"]],
+            partitions=3,
+            checkpoint=str(tmp_path / "ck"),
+            sink=sink,
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+
+        net: Counter[tuple[int, int, int]] = Counter()
+        for r in sink.read(spark).collect():
+            row = (r["key"], r["left"], r["right"])
+            net[row] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
+        got = {row for row, n in net.items() if n > 0}
+        assert all(n in (0, 1) for n in net.values())
+
+        with OperatorHarness(SideCounts()) as harness:
+            for rows in lefts:
+                harness.process_rows(rows, side=0)
+            for rows in rights:
+                harness.process_rows(rows, side=1)
+            harness.commit()
+            expected = set(harness.table("counts").scan())
+        assert got == expected
+
+
+class TestSecondAttempt:
+    def test_concurrent_attempt_gets_its_own_local_cache(self, tmp_path: Path) -> None:
+        """While one attempt of a partition holds the local cache, a second
+        attempt on the same host opens a cache of its own; both commit, and
+        loading by the recorded winner gives the winner's state."""
+        config = StoreConfig(local_dir=str(tmp_path / "local"), partition_count=1)
+        plan = _Plan(SideCounts(), str(tmp_path / "state"), 1, [], {}, config)
+        first = _open_store(plan, 0, attempt=0)
+        second = _open_store(plan, 0, attempt=1)
+        try:
+            assert first.local_dir != second.local_dir
+            for store, left in ((first, 1), (second, 2)):
+                store.load(None)
+                store.table("counts").insert((7, left, 0))
+            first_info = first.commit(0)
+            second_info = second.commit(0)
+            assert first_info.commit_id != second_info.commit_id
+        finally:
+            first.close()
+            second.close()
+        tables = list(SideCounts.tables)
+        from operators._task import TIMERS
+
+        with StateStore(
+            str(tmp_path / "state"), "side_counts", 0, [*tables, TIMERS], config
+        ) as store:
+            store.load(0, second_info.commit_id)
+            assert list(store.table("counts").scan()) == [(7, 2, 0)]
+            store.load(0, first_info.commit_id)
+            assert list(store.table("counts").scan()) == [(7, 1, 0)]
