@@ -37,7 +37,7 @@ from operators.errors import RunnerError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
 
-__all__ = ["DemoConfig", "check_java", "run_demo"]
+__all__ = ["DemoConfig", "check_java", "run_demo", "write_batches"]
 
 ORDERS = pa.schema(
     [
@@ -125,6 +125,21 @@ def generate(config: DemoConfig) -> list[pa.Table]:
     return batches
 
 
+def write_batches(directory: Path, batches: list[pa.Table], prefix: str = "orders") -> None:
+    """Write one Parquet file per batch, each a second newer than the last.
+
+    Spark's file source takes files in modification-time order; files written
+    within one tick of the filesystem clock could be taken in either order, so
+    each gets its own time, as files arriving one by one would.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    start = time.time() - len(batches) - 1
+    for i, table in enumerate(batches):
+        path = directory / f"{prefix}-{i:04d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (start + i, start + i))
+
+
 def reference(batches: list[pa.Table]) -> list[Counter[tuple[Any, ...]]]:
     """What each batch must output: the operator run record at a time, in
     memory, with no Spark and no failure."""
@@ -197,9 +212,7 @@ def run_demo(config: DemoConfig) -> bool:
         print(f"relstate demo: resuming from the checkpoint in {root}")
     else:
         shutil.rmtree(root, ignore_errors=True)
-        source.mkdir(parents=True)
-        for i, table in enumerate(batches):
-            pq.write_table(table, source / f"orders-{i:04d}.parquet")
+        write_batches(source, batches)
         print(
             f"relstate demo: {config.batches} batches of {config.orders_per_batch:,} order "
             f"changes for {config.customers} customers, {config.partitions} partitions, "

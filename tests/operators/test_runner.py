@@ -14,7 +14,7 @@ import pytest
 from operators._runner import run_operator
 from operators._sinks import ParquetSink
 from operators._task import state_tables
-from operators.demo import ORDERS, DemoConfig, generate, reference
+from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import PartitionCheckpoint, StateStore
@@ -25,9 +25,7 @@ pytestmark = pytest.mark.spark
 
 def _source(root: Path, batches: list[pa.Table]) -> str:
     source = root / "source"
-    source.mkdir(parents=True)
-    for i, table in enumerate(batches):
-        pq.write_table(table, source / f"orders-{i:04d}.parquet")
+    write_batches(source, batches)
     return str(source)
 
 
@@ -125,7 +123,7 @@ class TestRunner:
         next batch, with state carried over."""
         _run(spark, tmp_path, small[:2])
         more = tmp_path / "source" / "orders-0002.parquet"
-        pq.write_table(small[2], more)
+        pq.write_table(small[2], more)  # newer than the first two: written after them
         tmp_path.joinpath("resumed").touch()
         sink = _run(spark, tmp_path, small)
         assert _per_batch(spark, sink) == reference(small)
@@ -217,9 +215,7 @@ class TestWatermarks:
             for ts in times
         ]
         source = tmp_path / "source"
-        source.mkdir()
-        for i, table in enumerate(batches):
-            pq.write_table(table, source / f"events-{i:04d}.parquet")
+        write_batches(source, batches, prefix="events")
         stream = (
             spark.readStream.schema(from_arrow_schema(schema))
             .option("maxFilesPerTrigger", 1)

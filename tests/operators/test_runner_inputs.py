@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from encoding import TableSchema
 from operators import Operator, OperatorContext, ParquetSink, RowKind, run_operator
 from operators._runner import _open_store, _Plan
+from operators.demo import write_batches
 from operators.testing import OperatorHarness
 from statestore import StateStore, StoreConfig
 
@@ -38,16 +38,16 @@ class SideCounts(Operator):
     """Per key: how many rows each side has sent; an upsert changelog."""
 
     name = "side_counts"
-    inputs = [LEFT, RIGHT]
+    inputs = (LEFT, RIGHT)
     output = pa.schema([("key", pa.int64()), ("left", pa.int64()), ("right", pa.int64())])
-    tables = [
+    tables = (
         TableSchema(
             1,
             pa.schema([("key", pa.int64()), ("left", pa.int64()), ("right", pa.int64())]),
             ["key"],
             name="counts",
-        )
-    ]
+        ),
+    )
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
@@ -75,13 +75,13 @@ class TestTwoInputs:
         lefts = [[(k, f"n{k}") for k in range(20)], [(k, "again") for k in range(0, 20, 3)]]
         rights = [[(k % 7, k) for k in range(30)], [(k, -k) for k in range(5)]]
         for side, (schema, batches) in enumerate(((LEFT, lefts), (RIGHT, rights))):
-            directory = tmp_path / f"side{side}"
-            directory.mkdir()
-            for i, rows in enumerate(batches):
-                table = pa.Table.from_pylist(
+            tables = [
+                pa.Table.from_pylist(
                     [dict(zip(schema.names, r, strict=True)) for r in rows], schema
                 )
-                pq.write_table(table, directory / f"part-{i:04d}.parquet")
+                for rows in batches
+            ]
+            write_batches(tmp_path / f"side{side}", tables, prefix="part")
         streams = [
             spark.readStream.schema(from_arrow_schema(s))
             .option("maxFilesPerTrigger", 1)
