@@ -1,14 +1,25 @@
-"""The encoding benchmark behind ``relstate bench``.
+"""The benchmark behind ``relstate bench``.
 
 Three comparisons, every figure a ratio measured side by side in one run: the
 row layout against the cell layout, StateTable against raw rocksdict, and the
-batch codecs against per-row encoding. ``bench/`` runs the same workloads under
-pytest-benchmark.
+batch codecs against per-row encoding. Then checkpoints: the same commit on a
+small and a large state, side by side, and the load and replay times of a
+partition. ``bench/`` runs the same workloads under pytest-benchmark.
 """
 
 from operators._bench import charts, report
 from operators._bench.config import BenchConfig
-from operators._bench.measure import Figure, Section
+from operators._bench.measure import Figure, Reading, Section
 from operators._bench.runner import BenchResult, Machine, run
 
-__all__ = ["BenchConfig", "BenchResult", "Figure", "Machine", "Section", "charts", "report", "run"]
+__all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "Figure",
+    "Machine",
+    "Reading",
+    "Section",
+    "charts",
+    "report",
+    "run",
+]

@@ -39,11 +39,32 @@ class BenchConfig:
     columns: int = 8
     rocksdb: RocksDBConfig = field(default_factory=_rocksdb)
     seed: int = 20240601
+    #: Checkpoints: also build a state of ``rows * 10`` rows (minutes at 1M rows).
+    large_state: bool = False
+    #: Checkpoints: changes (half inserts, half updates) per timed commit.
+    changes: int = 10_000
+    #: Checkpoints: rounds of changelog commits (after one warm-up round).
+    commit_rounds: int = 20
+    #: Checkpoints: rounds of commits that take a snapshot (after one warm-up round).
+    snapshot_rounds: int = 10
+    #: Checkpoints: rounds of each load (after one warm-up round).
+    load_rounds: int = 5
+    #: Checkpoints: changelogs replayed by the second load (at most ``commit_rounds + 1``).
+    changelogs: int = 9
 
     @classmethod
-    def quick(cls, rows: int = 50_000) -> BenchConfig:
+    def quick(cls, rows: int = 50_000, large_state: bool = False) -> BenchConfig:
         """A run of a few seconds, for a smoke test of the whole benchmark."""
-        return cls(rows=rows, reads=20_000, scans=2_000)
+        return cls(
+            rows=rows,
+            reads=20_000,
+            scans=2_000,
+            large_state=large_state,
+            commit_rounds=5,
+            snapshot_rounds=3,
+            load_rounds=3,
+            changelogs=5,
+        )
 
     def __post_init__(self) -> None:
         if self.rows < 100:
@@ -58,3 +79,22 @@ class BenchConfig:
     def scans_per_round(self) -> int:
         """Prefix scans in one round."""
         return max(1, min(self.scans, self.rows // 10) // self.rounds)
+
+    @property
+    def state_sizes(self) -> tuple[int, ...]:
+        """Rows of the checkpointed states, smallest first: ``rows / 10`` and
+        ``rows``, and ``rows * 10`` with :attr:`large_state`."""
+        sizes = (self.rows // 10, self.rows)
+        return (*sizes, self.rows * 10) if self.large_state else sizes
+
+    @property
+    def changes_per_commit(self) -> int:
+        """Changes a timed commit writes: :attr:`changes`, at most a tenth of the rows
+        (so that the updates of the smallest state touch distinct rows)."""
+        return max(2, min(self.changes, self.rows // 10))
+
+    @property
+    def replayed_changelogs(self) -> int:
+        """Changelogs the second load replays: :attr:`changelogs`, at most as many
+        as the changelog commits (the warm-up round's included) wrote."""
+        return min(self.changelogs, self.commit_rounds + 1)

@@ -14,7 +14,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CODECS", "LAYOUTS", "RAW", "SECTIONS", "Figure", "Round", "Section", "interleave"]
+__all__ = [
+    "CHECKPOINTS",
+    "CODECS",
+    "LAYOUTS",
+    "RAW",
+    "SECTIONS",
+    "Figure",
+    "Reading",
+    "Round",
+    "Section",
+    "interleave",
+]
 
 #: One round of a workload: does round ``r``'s work, returns seconds per operation.
 #: Warm-up rounds have negative ``r``.
@@ -65,6 +76,8 @@ class Section:
     throughput: bool = False
     #: Show the subject's time minus the baseline's: the subject's own cost.
     difference: bool = False
+    #: The goal is a ceiling: the ratio must not exceed it.
+    ceiling: bool = False
 
 
 LAYOUTS = Section(
@@ -91,7 +104,17 @@ CODECS = Section(
     "per-row time / batch time: how many times faster the batch entry point is",
     throughput=True,
 )
-SECTIONS = (LAYOUTS, RAW, CODECS)
+CHECKPOINTS = Section(
+    "checkpoints",
+    "Checkpoint commit and load",
+    "small state",
+    "large state",
+    "large-state time / small-state time: how much slower a commit of the same "
+    "changes gets as the state grows",
+    goal=1.5,
+    ceiling=True,
+)
+SECTIONS = (LAYOUTS, RAW, CODECS, CHECKPOINTS)
 
 
 @dataclass(frozen=True)
@@ -141,4 +164,27 @@ class Figure:
     def goal_met(self) -> bool | None:
         """Whether the ratio reaches the section's goal; ``None`` without one."""
         goal = self.section.goal
-        return None if goal is None else self.ratio >= goal
+        if goal is None:
+            return None
+        return self.ratio <= goal if self.section.ceiling else self.ratio >= goal
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One absolute figure of a section, a median time or rate that has no
+    second way of doing the same work to be set against, with its goal."""
+
+    section: Section
+    name: str
+    #: Seconds, or operations per second when ``rate``.
+    value: float
+    rate: bool = False
+    #: A ceiling for a time, a floor for a rate; ``None``: no goal.
+    goal: float | None = None
+
+    @property
+    def goal_met(self) -> bool | None:
+        """Whether the value reaches the goal; ``None`` without one."""
+        if self.goal is None:
+            return None
+        return self.value >= self.goal if self.rate else self.value <= self.goal

@@ -1,4 +1,4 @@
-"""One benchmark run: the three comparisons, and the machine they ran on."""
+"""One benchmark run: the comparisons and checkpoint figures, and the machine they ran on."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from operators._bench.checkpoints import checkpoints
 from operators._bench.config import BenchConfig
-from operators._bench.measure import Figure
+from operators._bench.measure import Figure, Reading
 from operators._bench.sections import Progress, codecs, layouts, versus_raw
 
 __all__ = ["BenchResult", "Machine", "run"]
@@ -81,6 +82,8 @@ class BenchResult:
     figures: tuple[Figure, ...]
     #: The 1-minute load average when the run ended (the run itself adds about 1).
     load_after: float | None = None
+    #: Absolute figures (load times, replay rate), shown after their section's ratios.
+    readings: tuple[Reading, ...] = ()
 
 
 def run(config: BenchConfig, progress: Progress | None = None) -> BenchResult:
@@ -96,5 +99,7 @@ def run(config: BenchConfig, progress: Progress | None = None) -> BenchResult:
             *versus_raw(config, workdir, say),
             *codecs(config, say),
         ]
+        commits, readings = checkpoints(config, workdir, say)
+        figures += commits
     seconds = time.perf_counter() - start
-    return BenchResult(config, machine, started, seconds, tuple(figures), _load())
+    return BenchResult(config, machine, started, seconds, tuple(figures), _load(), tuple(readings))
