@@ -132,7 +132,6 @@ class TestConsistency:
         events = [e for e in logs if e["event"] == "state_table.inconsistency"]
         assert len(events) == 2
 
-
     @pytest.mark.parametrize("mode", ["relaxed", "unchecked"])
     def test_blind_insert_then_delete_removes_committed_row(
         self, backend: KVBackend, layout: str, mode: str
