@@ -181,6 +181,9 @@ class _Progress:
 def _spark() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The demo is local: bind Spark to loopback (and skip its warnings about
+    # the host name resolving to it).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     spark = (
