@@ -128,8 +128,8 @@ def _run_task(
             structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(plan.log_level))
         partition = context.partitionId()
         operator = plan.operator
-        store = _open_store(plan, partition, context.attemptNumber())
         out_schema = _task_schema(operator)
+        store = _open_store(plan, partition, context.attemptNumber())
         try:
             prev_version = None if previous is None else previous.batch_id
             commit_id = None if previous is None else previous.winners.get(partition)
@@ -282,9 +282,23 @@ class _Driver:
             if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()
         )
         earlier = [i for i in ids if i < batch_id]
-        if not earlier:
+        return self._read_record(earlier[-1]) if earlier else None
+
+    def _recorded(self, batch_id: int) -> _BatchRecord | None:
+        """The record of ``batch_id`` itself, if it was recorded."""
+        path = self._record_path(batch_id)
+        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
             return None
-        with self.fs.open_input_stream(self._record_path(earlier[-1])) as src:
+        return self._read_record(batch_id)
+
+    def _record_winners(self, record: _BatchRecord) -> None:
+        for partition, commit_id in record.winners.items():
+            checkpoint = PartitionCheckpoint(self.plan.location, self.plan.operator.name, partition)
+            if checkpoint.winner(record.batch_id) != commit_id:
+                checkpoint.record_winner(record.batch_id, commit_id)
+
+    def _read_record(self, batch_id: int) -> _BatchRecord:
+        with self.fs.open_input_stream(self._record_path(batch_id)) as src:
             obj = json.loads(src.read())
         return _BatchRecord(
             batch_id=obj["batch_id"],
@@ -325,8 +339,10 @@ class _Driver:
             "key_types": key_types,
         }
         if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            with self.fs.open_output_stream(path) as out:
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            with self.fs.open_output_stream(tmp) as out:
                 out.write(json.dumps(shape, sort_keys=True).encode())
+            self.fs.move(tmp, path)
             return
         with self.fs.open_input_stream(path) as src:
             recorded = json.loads(src.read())
@@ -346,6 +362,15 @@ class _Driver:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         started = time.perf_counter()
+        done = self._recorded(batch_id)
+        if done is not None:
+            # Recorded, so its output is in the sink and its winners are
+            # decided; Spark runs it again only because the driver died before
+            # Spark committed it. Running it again would commit new attempts
+            # of a version that already has winners.
+            self._record_winners(done)
+            self.log.info("relstate.batch_already_recorded", batch_id=batch_id)
+            return
         previous = self.previous(batch_id)
         watermark = self._watermark(previous)
         self._check_input(batch)
@@ -374,11 +399,10 @@ class _Driver:
             result.unpersist()
         fault("runner.driver_after_sink")
         record = self._record(batch_id, previous, watermark, metas)
-        for m in metas:
-            PartitionCheckpoint(
-                self.plan.location, self.plan.operator.name, m["partition"]
-            ).record_winner(batch_id, m["commit_id"])
+        # The batch record decides; the stores' winner records, written after
+        # it, are for readers that load a version without naming a commit.
         self._write_record(record)
+        self._record_winners(record)
         self.history.append(record)
         self.log.info(
             "relstate.batch",
@@ -501,6 +525,11 @@ def run_operator(
         raise InputError(f"give one list of key columns per input, of equal length; got {keys!r}")
     if not isinstance(partitions, int) or partitions < 1:
         raise InputError(f"partitions must be a positive integer, got {partitions!r}")
+    if store_config is not None and store_config.retain_versions < 2:
+        raise InputError(
+            "the runner needs StoreConfig.retain_versions >= 2: a task retried after "
+            "its commit loads the version before it"
+        )
 
     sequence = sequence_column or operator.sequence_column
     key_types: list[list[str]] = []

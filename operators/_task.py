@@ -172,11 +172,19 @@ class BatchRun(OperatorContext):
             if now is None:
                 continue
             code = _DOMAIN[domain]
+            fired_here: set[tuple[Any, ...]] = set()
             while True:
-                # A timer may register another that is already due: loop.
-                due = list(self._timers.scan((code,), end=(now + 1,)))
+                # A timer may register another that is already due: loop. One
+                # that re-registers itself fires again at the next call, not in
+                # this one (which would never end).
+                due = [
+                    row
+                    for row in self._timers.scan((code,), end=(now + 1,))
+                    if row not in fired_here
+                ]
                 if not due:
                     break
+                fired_here.update(due)
                 for row in due:
                     # An earlier timer of this round may have deleted this one.
                     if self._timers.delete_key(row) is None:

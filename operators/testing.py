@@ -279,8 +279,13 @@ class OperatorHarness:
     # -- versions -----------------------------------------------------------------------
 
     def commit(self) -> int:
-        """Finish the batch in progress and commit it; returns its batch id."""
+        """Finish the batch in progress and commit it; returns its batch id.
+
+        As the Spark runner does at the end of a batch, timers that came due
+        during it (registered at or below the watermark or processing time)
+        fire first."""
         run = self._batch_run()
+        run.fire_timers()
         run.finish()
         self._emitted(run)
         metrics = {**run.metrics, **state_metrics(self._state.tables)}

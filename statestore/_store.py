@@ -467,15 +467,21 @@ class StateStore:
         writes go to a local segment file (for the commit's changelog) and to
         RocksDB. Until the commit, the local database is ahead of the
         checkpoint, so an abort or a crash reloads the last version."""
-        ops, ranges = table.spill()
-        if not ops and not ranges:
-            return
-        backend = self._live_backend()
-        path = self._local.spill_dir() / f"{len(self._spills):08d}.seg"
-        path.write_bytes(_changelog.encode(0, _SEGMENT_ID, ops, ranges))
-        self._spills.append(path)
-        fault("spill.after_segment")
-        backend.write(ops, ranges)
+        try:
+            ops, ranges = table.spill()
+            if not ops and not ranges:
+                return
+            backend = self._live_backend()
+            path = self._local.spill_dir() / f"{len(self._spills):08d}.seg"
+            path.write_bytes(_changelog.encode(0, _SEGMENT_ID, ops, ranges))
+            self._spills.append(path)
+            fault("spill.after_segment")
+            backend.write(ops, ranges)
+        except BaseException:
+            # The table's MemTable is gone and the segment and the local
+            # database may disagree: nothing of this epoch may be committed.
+            self._dirty = True
+            raise
         self._log.debug("state_store.spill", table=table.schema.name, writes=len(ops))
 
     def _drop_spills(self) -> None:

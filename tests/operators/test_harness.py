@@ -433,3 +433,28 @@ class TestOperatorHarness:
         batch = pa.record_batch({"key": ["x"], "value": pa.array([1], pa.int64())})
         with pytest.raises(InputError, match="has 1 input"):
             harness.process_batch(batch, side=1)
+
+
+class TestTimerLoops:
+    def test_timer_that_rearms_itself_fires_once_per_call(self) -> None:
+        """A timer whose on_timer registers itself again (already due) fires
+        once per firing call instead of looping forever."""
+        from operators import Operator, Timer
+        from operators.testing import OperatorHarness
+
+        class Rearm(Operator):
+            name = "rearm"
+            inputs = (pa.schema([("k", pa.string())]),)
+            output = pa.schema([("k", pa.string())])
+
+            def process_row(self, ctx: OperatorContext, row: Any, kind: RowKind, side: int) -> None:
+                ctx.register_timer(Timer(5, "t"))
+
+            def on_timer(self, ctx: OperatorContext, timer: Timer) -> None:
+                ctx.emit(("fired",))
+                ctx.register_timer(timer)
+
+        with OperatorHarness(Rearm()) as harness:
+            harness.process_element(("x",))
+            assert len(harness.advance_watermark(10)) == 1
+            assert len(harness.advance_watermark(11)) == 1

@@ -104,3 +104,26 @@ class TestSpill:
         model = _big_epoch(store, 1, 30)
         store.commit(1)
         assert rows(stores.loaded(1)) == model
+
+
+class TestFailedSpill:
+    def test_commit_refused_after_a_failed_spill(self, stores: Stores) -> None:
+        """A spill that fails half-way (its segment written, the local write
+        not) leaves the store refusing to commit until abort() reloads the last
+        version: nothing of that epoch can be committed."""
+        from statestore import StoreStateError
+        from statestore._faults import InjectedFault, inject
+
+        store = stores.loaded(None, spill_rows=2)
+        store.table("kv").insert(("a", 1))
+        store.commit(0)
+        with inject("spill.after_segment"), pytest.raises(InjectedFault):
+            for i in range(3):
+                store.table("kv").insert((f"k{i}", i))
+        with pytest.raises(StoreStateError, match="abort"):
+            store.commit(1)
+        store.abort()
+        assert rows(store) == {"a": 1}
+        store.table("kv").insert(("b", 2))
+        store.commit(1)
+        assert rows(stores.loaded(1)) == {"a": 1, "b": 2}
