@@ -8,6 +8,7 @@ byte layout of each type is in ``docs/encoding.md``.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ Encoder = Callable[[Any], bytes]
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 
-class Column:
+class Column(abc.ABC):
     """The codec of one key column: scalar encoder and decoder, array forms.
 
     Subclasses implement one type family. ``width`` is the number of value
@@ -86,18 +87,22 @@ class Column:
 
     # -- to implement -----------------------------------------------------------
 
+    @abc.abstractmethod
     def encoder(self, head: bytes) -> Encoder:
         """A function from one value to ``head`` plus the value's key bytes."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def decoder(self) -> Decoder:
         """A function from (key bytes, position) to (value, position after it)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def encode_array(self, arr: pa.Array) -> Bytes2D | pa.Array:
         """Key bytes of every row: an (n, 1 + width) matrix, or a binary array."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def decode_array(
         self, data: Bytes2D, pos: Positions, ends: Positions
     ) -> tuple[pa.Array, Positions]:
@@ -106,7 +111,7 @@ class Column:
         ``pos`` is where the column starts in each key, ``ends`` where each key
         ends; returns the column and where the next one starts.
         """
-        raise NotImplementedError
+        ...
 
 
 class FixedColumn(Column):
@@ -135,9 +140,10 @@ class FixedColumn(Column):
                 matrix[~valid, 1:] = 0
         return matrix
 
+    @abc.abstractmethod
     def value_bytes(self, arr: pa.Array, valid: Mask | None) -> Bytes2D:
         """The (n, width) value bytes of every row (anything in null rows)."""
-        raise NotImplementedError
+        ...
 
     def decode_array(
         self, data: Bytes2D, pos: Positions, ends: Positions
@@ -151,6 +157,7 @@ class FixedColumn(Column):
             raise self.corrupt("a null has non-zero padding")
         return self.array_from(values, valid), pos + size
 
+    @abc.abstractmethod
     def array_from(self, values: Bytes2D, valid: Mask) -> pa.Array:
         """The Arrow column from the (n, width) value bytes and the validity."""
-        raise NotImplementedError
+        ...

@@ -267,6 +267,12 @@ class NullColumn(FixedColumn):
 
         return decode
 
+    def value_bytes(self, arr: pa.Array, valid: Mask | None) -> Bytes2D:
+        return np.zeros((len(arr), 0), dtype=np.uint8)
+
+    def array_from(self, values: Bytes2D, valid: Mask) -> pa.Array:
+        return pa.nulls(len(values))
+
     def decode_array(
         self, data: Bytes2D, pos: Positions, ends: Positions
     ) -> tuple[pa.Array, Positions]:

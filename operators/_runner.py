@@ -27,7 +27,7 @@ import structlog
 
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
-from operators._sinks import BatchSink
+from operators._sinks import BatchSink, filesystem_of, write_atomically
 from operators._task import BatchRun, output_schema, state_metrics, state_tables
 from operators.errors import InputError, RunnerError
 from statestore import LockHeldError, PartitionCheckpoint, StateStore, StoreConfig
@@ -263,7 +263,7 @@ class _Driver:
         self.sink = sink
         self.sequence = sequence
         self.history: list[_BatchRecord] = []
-        self.fs, root = pafs.FileSystem.from_uri(_as_uri(plan.location))
+        self.fs, root = filesystem_of(plan.location)
         self.root = f"{root}/_runner"
         self.fs.create_dir(f"{self.root}/batches", recursive=True)
         self.log = structlog.get_logger("relstate").bind(operator=plan.operator.name)
@@ -316,18 +316,12 @@ class _Driver:
             with self.fs.open_input_stream(path) as src:
                 return int(src.read())
         now = int(time.time() * 1000)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(str(now).encode())
-        self.fs.move(tmp, path)
+        write_atomically(self.fs, path, str(now).encode())
         return now
 
     def _write_record(self, record: _BatchRecord) -> None:
         data = json.dumps(asdict(record), sort_keys=True).encode()
-        tmp = f"{self._record_path(record.batch_id)}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self.fs.move(tmp, self._record_path(record.batch_id))
+        write_atomically(self.fs, self._record_path(record.batch_id), data)
 
     def check_query(self, key_types: list[list[str]]) -> None:
         """Record the query's shape on its first batch; refuse a later run with
@@ -339,10 +333,7 @@ class _Driver:
             "key_types": key_types,
         }
         if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(json.dumps(shape, sort_keys=True).encode())
-            self.fs.move(tmp, path)
+            write_atomically(self.fs, path, json.dumps(shape, sort_keys=True).encode())
             return
         with self.fs.open_input_stream(path) as src:
             recorded = json.loads(src.read())
@@ -468,12 +459,6 @@ class _Driver:
                 f"unknown row kind(s) {[r[0] for r in bad]!r} in column {ROW_KIND!r}; a "
                 "changelog row is '+I', '-U', '+U' or '-D'. Nothing of this batch was committed"
             )
-
-
-def _as_uri(path: str) -> str:
-    import os
-
-    return path if "://" in path else f"file://{os.path.abspath(path)}"
 
 
 def _key_lists(keys: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
@@ -10,7 +11,7 @@ import pyarrow.fs as pafs
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchSink", "ParquetSink"]
+__all__ = ["BatchSink", "ParquetSink", "filesystem_of", "write_atomically"]
 
 
 class BatchSink(Protocol):
@@ -31,7 +32,7 @@ class ParquetSink:
 
     def __init__(self, path: str) -> None:
         self.path = path.rstrip("/")
-        self._fs, self._root = pafs.FileSystem.from_uri(_as_uri(self.path))
+        self._fs, self._root = filesystem_of(self.path)
 
     def batch_dir(self, batch_id: int) -> str:
         """Where batch ``batch_id``'s output lives."""
@@ -53,11 +54,16 @@ class ParquetSink:
         return spark.read.option("basePath", self.path).parquet(f"{self.path}/batch=*")
 
 
-def _as_uri(path: str) -> str:
-    return path if "://" in path else f"file://{_absolute(path)}"
+def filesystem_of(path: str) -> tuple[pafs.FileSystem, str]:
+    """The ``pyarrow`` filesystem of a local path or a URI, and the path on it."""
+    uri = path if "://" in path else f"file://{os.path.abspath(path)}"
+    fs, root = pafs.FileSystem.from_uri(uri)
+    return fs, str(root)
 
 
-def _absolute(path: str) -> str:
-    import os
-
-    return os.path.abspath(path)
+def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a temporary file, then a move."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    fs.move(tmp, path)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import structlog
 
 from encoding import TableSchema
@@ -76,7 +77,7 @@ def check_input(operator: Operator, side: int, batch: pa.RecordBatch) -> None:
             )
     kinds = batch.schema.get_field_index(ROW_KIND)
     if kinds >= 0:
-        symbols = set(batch.column(kinds).to_pylist())
+        symbols = set(pc.unique(batch.column(kinds)).to_pylist())
         unknown = symbols - {k.value for k in RowKind}
         if unknown:
             raise InputError(

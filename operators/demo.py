@@ -20,7 +20,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import pyarrow.parquet as pq
 from operators._changelog import RowKind
 from operators._runner import RelstateQuery, run_operator
 from operators._sinks import ParquetSink
+from operators._spark import local_spark
 from operators.errors import RunnerError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
@@ -178,27 +178,6 @@ class _Progress:
             os.kill(os.getpid(), 9)
 
 
-def _spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # The demo is local: bind Spark to loopback (and skip its warnings about
-    # the host name resolving to it).
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2,3]")
-        .appName("relstate-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.log.level", "ERROR")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def run_demo(config: DemoConfig) -> bool:
     """Run (or resume) the demo; prints what it does. Returns whether the
     output matched the reference."""
@@ -222,7 +201,7 @@ def run_demo(config: DemoConfig) -> bool:
             f"state in {root / 'checkpoint'}"
         )
     print("  starting Spark (local[2,3]) ...", flush=True)
-    spark = _spark()
+    spark = local_spark("relstate-demo")
     stream = (
         spark.readStream.schema(_spark_schema())
         .option("maxFilesPerTrigger", 1)

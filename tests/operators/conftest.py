@@ -1,15 +1,16 @@
-"""The one SparkSession the Spark tests share (local[2], few shuffle
+"""The one SparkSession the Spark tests share (local[2,3], few shuffle
 partitions, UI off); starting one costs seconds, so it is session-scoped."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from operators._spark import local_spark
 
 
 @pytest.fixture(scope="session")
@@ -23,21 +24,14 @@ def fault_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(fault_dir: Path) -> Iterator[Any]:
     """A local SparkSession for the whole test session: local[2,3], so that a
     failed task is retried (plain local[2] never retries)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Read by the Python workers, which inherit the JVM's environment.
     os.environ["RELSTATE_FAULT_DIR"] = str(fault_dir)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2,3]")
-        .appName("relstate-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
+    session = local_spark(
+        "relstate-tests",
+        {
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
