@@ -8,6 +8,7 @@ from operators._changelog import ROW_KIND, RowKind, row_kinds
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._runner import RelstateQuery, Watermark, run_operator
 from operators._sinks import BatchSink, ParquetSink
+from operators._state_source import register_sources
 from operators.errors import InputError, RunnerError
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "TimeDomain",
     "Timer",
     "Watermark",
+    "register_sources",
     "row_kinds",
     "run_operator",
 ]

@@ -481,6 +481,7 @@ def run_operator(
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
     log_level: int | None = None,
+    state_location: str | None = None,
 ) -> RelstateQuery:
     """Run ``operator`` over one or two streaming DataFrames and return the
     running query.
@@ -488,8 +489,11 @@ def run_operator(
     ``keys`` are the key columns (one list per input for two inputs; the
     inputs' keys must have the same types, in order); rows with equal keys meet
     in one task. ``partitions`` is fixed for the life of the checkpoint.
-    ``checkpoint`` holds the operator's state (any ``pyarrow.fs`` location)
-    and Spark's own stream checkpoint. ``sink`` receives each batch's output
+    ``checkpoint`` holds Spark's own stream checkpoint (``checkpoint/spark``)
+    and, unless ``state_location`` is given, the operator's state
+    (``checkpoint/state``); ``state_location`` puts the state (and the batch
+    records) anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint
+    stays where Spark can write it. ``sink`` receives each batch's output
     (with the ``row_kind`` column) and its id, and must be idempotent
     (:class:`ParquetSink` is). ``watermarks`` maps an input index to its
     event-time column and delay. ``sequence_column`` (default: the operator's)
@@ -558,7 +562,7 @@ def run_operator(
     )
     plan = _Plan(
         operator=operator,
-        location=checkpoint.rstrip("/") + "/state",
+        location=(state_location or checkpoint.rstrip("/") + "/state").rstrip("/"),
         partitions=partitions,
         side_columns=side_columns,
         watermarks=dict(watermarks or {}),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow.fs as pafs
+
+from statestore._filesystems import filesystem_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,10 +56,9 @@ class ParquetSink:
 
 
 def filesystem_of(path: str) -> tuple[pafs.FileSystem, str]:
-    """The ``pyarrow`` filesystem of a local path or a URI, and the path on it."""
-    uri = path if "://" in path else f"file://{os.path.abspath(path)}"
-    fs, root = pafs.FileSystem.from_uri(uri)
-    return fs, str(root)
+    """The ``pyarrow`` filesystem of a local path or a URI, and the path on it
+    (``s3://`` configured from the environment, as checkpoints are)."""
+    return filesystem_for(path)
 
 
 def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:

@@ -16,7 +16,9 @@ __all__ = ["local_spark"]
 def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession:
     """A ``local[2,3]`` session (two cores; a failed task is retried, which
     plain ``local[2]`` never does), UI and console progress off, Spark's own
-    logging at ERROR, bound to loopback, Python workers on this interpreter."""
+    logging at ERROR, bound to loopback, Python workers on this interpreter,
+    and relstate's data sources (``relstate-state``, ``relstate-metadata``)
+    registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -34,4 +36,7 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    from operators._state_source import register_sources
+
+    register_sources(spark)
     return spark

@@ -3,7 +3,9 @@
 ``relstate demo`` runs a complete stateful pipeline on local Spark (the README's
 first command). ``relstate bench`` runs the benchmark: it prints a table of
 ratios (and the checkpoint load and replay figures) and writes them, with
-charts, to ``docs/performance.md``.
+charts, to ``docs/performance.md``. ``relstate inspect`` prints a checkpoint's
+metadata or rows without Spark; ``relstate repartition`` rewrites a stopped
+query's state for a new partition count.
 """
 
 from __future__ import annotations
@@ -101,7 +103,97 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="finish a killed run from its checkpoint"
     )
     demo.set_defaults(handler=_demo)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show a checkpoint's operators, tables, partitions and versions, or rows",
+        description=(
+            "Print the metadata of a query's state (operators, tables and schemas, "
+            "partitions, kept versions, sizes) or, with --table/--batch/--limit, a "
+            "table's rows. Reads the checkpoint only; starts no Spark."
+        ),
+    )
+    inspect.add_argument("checkpoint", help="the query's checkpoint or its state location")
+    inspect.add_argument("--operator", help="the operator (default: the only one)")
+    inspect.add_argument("--table", help="print this table's rows")
+    inspect.add_argument(
+        "--batch", type=int, help="the batch to read (default: the latest committed)"
+    )
+    inspect.add_argument("--partition", type=int, help="only this partition's rows")
+    inspect.add_argument(
+        "--limit", type=int, default=20, help="rows to print with --table (default 20)"
+    )
+    inspect.set_defaults(handler=_inspect)
+
+    repartition = commands.add_parser(
+        "repartition",
+        help="rewrite a stopped query's state for a new partition count",
+        description=(
+            "Rewrite the state of a stopped query for --partitions partitions; the "
+            "query then resumes with the new count and the same results. The old "
+            "state is kept beside it as <state>.before-repartition-<batch>."
+        ),
+    )
+    repartition.add_argument("checkpoint", help="the query's checkpoint or its state location")
+    repartition.add_argument("--partitions", type=int, required=True, help="the new count")
+    repartition.set_defaults(handler=_repartition)
     return parser
+
+
+def _quiet_logs() -> None:
+    """Send relstate's log events to stderr, warnings and errors only: the
+    command's own output goes to stdout."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from operators._inspect import describe, rows
+    from operators._state_location import StateLocation
+    from operators.errors import InputError
+    from statestore import StateStoreError
+
+    _quiet_logs()
+    try:
+        location = StateLocation(args.checkpoint)
+        if args.table is None and args.partition is None:
+            print(describe(location, args.batch), end="")
+        else:
+            text = rows(location, args.operator, args.table, args.batch, args.limit, args.partition)
+            print(text, end="")
+    except (InputError, StateStoreError) as exc:
+        print(f"relstate inspect: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _repartition(args: argparse.Namespace) -> int:
+    from operators._repartition import repartition
+    from operators.errors import InputError
+    from statestore import StateStoreError
+
+    def progress(message: str) -> None:
+        print(f"relstate repartition: {message}", file=sys.stderr, flush=True)
+
+    _quiet_logs()
+    try:
+        result = repartition(args.checkpoint, args.partitions, progress=progress)
+    except (InputError, StateStoreError) as exc:
+        print(f"relstate repartition: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"operator {result.operator}: batch {result.batch_id} repartitioned from "
+        f"{result.old_partitions} to {result.new_partitions} partitions "
+        f"({', '.join(f'{t}: {n} rows' for t, n in result.rows.items())}); the old "
+        f"state is kept at {result.backup}"
+    )
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

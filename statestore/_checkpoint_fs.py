@@ -25,6 +25,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from statestore._filesystems import filesystem_for
+
 __all__ = ["CheckpointFS", "FileStat", "resolve_location"]
 
 _CHUNK = 8 * 1024 * 1024
@@ -44,12 +46,10 @@ class FileStat:
 
 def resolve_location(location: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and path of a checkpoint location: a URI that
-    ``pyarrow.fs`` understands (``file://``, ``s3://``, ``hdfs://``, ``gs://``)
-    or a plain local path."""
-    if "://" in location:
-        fs, path = pafs.FileSystem.from_uri(location)
-        return fs, path.rstrip("/") or "/"
-    return pafs.LocalFileSystem(), os.path.abspath(location)
+    ``pyarrow.fs`` understands (``file://``, ``s3://``, ``hdfs://``, ``gs://``;
+    S3 configured from the environment, see :mod:`statestore._filesystems`) or
+    a plain local path."""
+    return filesystem_for(location)
 
 
 def _renames_atomically(fs: pafs.FileSystem) -> bool:

@@ -1,0 +1,108 @@
+"""``relstate inspect``: a state location's metadata, or a table's rows, on the
+terminal, without Spark (the same reading as the ``relstate-state`` and
+``relstate-metadata`` data sources)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from operators._state_location import StateLocation
+from operators._state_read import metadata, read_rows
+
+__all__ = ["describe", "rows"]
+
+
+def _grid(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
+    cells = [[str(h) for h in header], *[["" if v is None else str(v) for v in r] for r in body]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def describe(location: StateLocation, batch_id: int | None = None) -> str:
+    """The query, its operators' tables and schemas, and per partition the
+    commit read, the kept versions, the changelog chain, size and rows."""
+    out = [f"state at {location.path}"]
+    query = location.query()
+    batches = location.recorded_batches()
+    if query is not None:
+        out.append(
+            f"query: operator {query['operator']}, {query['partitions']} partitions, "
+            f"key types {query['key_types']}"
+        )
+    if batches:
+        record = location.record(batches[-1])
+        watermark = None if record is None else record.watermark
+        out.append(
+            f"batches recorded: {batches[0]}..{batches[-1]} (latest committed {batches[-1]}, "
+            f"watermark {watermark})"
+        )
+    meta = metadata(location, batch_id).to_pylist()
+    for operator in location.operators():
+        mine = [m for m in meta if m["operator"] == operator]
+        out.append("")
+        out.append(f"operator {operator}")
+        seen: set[str] = set()
+        for m in mine:
+            if m["table"] in seen:
+                continue
+            seen.add(m["table"])
+            out.append(
+                f"  table {m['table']} (id {m['table_id']:#x}, {m['layout']} layout): "
+                f"{m['columns']}; key {m['key_columns']}"
+            )
+        parts: dict[int, dict[str, Any]] = {m["partition"]: m for m in mine}
+        body = [
+            (
+                p,
+                m["batch_id"],
+                m["commit_id"][:12],
+                f"{m['kept_versions'][0]}..{m['kept_versions'][-1]}",
+                m["snapshot_version"],
+                m["changelogs"],
+                _size(m["state_bytes"]),
+                m["partition_rows"],
+            )
+            for p, m in sorted(parts.items())
+        ]
+        header = ("partition", "batch", "commit", "kept", "snapshot", "changelogs", "size", "rows")
+        out.extend("  " + line for line in _grid(header, body))
+    return "\n".join(out) + "\n"
+
+
+def rows(
+    location: StateLocation,
+    operator: str | None,
+    table: str | None,
+    batch_id: int | None,
+    limit: int,
+    partition: int | None = None,
+) -> str:
+    """Up to ``limit`` rows of a table at a batch, partition by partition."""
+    name = location.operator(operator)
+    meta = location.table(name, table, batch_id)
+    found: list[pa.Table] = []
+    left = limit
+    shown = location.partitions(name) if partition is None else [partition]
+    for p in shown:
+        if left <= 0:
+            break
+        part = read_rows(location, name, meta, p, batch_id, limit=left)
+        found.append(part)
+        left -= part.num_rows
+    body = [tuple(r.values()) for t in found for r in t.to_pylist()]
+    batch = "latest committed batch" if batch_id is None else f"batch {batch_id}"
+    head = f"operator {name}, table {meta.name}, {batch}: {len(body)} row(s) shown"
+    return "\n".join([head, *_grid(meta.columns.names, body)]) + "\n"

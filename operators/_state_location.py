@@ -1,0 +1,223 @@
+"""A query's state location, read-only: its operators and partitions, the
+runner's records of which commit of each batch counts, and the manifests.
+
+Nothing here writes to the location or starts Spark: ``relstate inspect``, the
+``relstate-state`` data source and ``relstate repartition`` all find state
+through it. A batch is *committed* when the runner recorded it
+(``_runner/batches/N.json``, naming each partition's winning commit); an attempt
+the runner did not record (a crashed or running batch) is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from encoding import TableSchema
+from encoding._schema import Direction, KeyColumn, NullOrder
+from operators.errors import InputError
+from statestore import PartitionCheckpoint, VersionNotFoundError
+from statestore._filesystems import filesystem_for
+from statestore._manifest import Manifest
+from statestore._metadata import TableMeta
+
+__all__ = ["BatchRecord", "StateLocation", "table_schema"]
+
+RUNNER = "_runner"
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What the runner recorded about a batch it finished."""
+
+    batch_id: int
+    winners: dict[int, str]
+    watermark: int | None
+    metrics: dict[str, int]
+
+
+def table_schema(meta: TableMeta) -> TableSchema:
+    """The table schema a manifest records."""
+    keys = [KeyColumn(n, Direction(d), NullOrder(o)) for n, d, o in meta.key_columns]
+    return TableSchema(meta.table_id, meta.columns, keys, layout=meta.layout, name=meta.name)
+
+
+class StateLocation:
+    """The state of a query: ``path`` is the query's checkpoint (whose state is
+    in ``state/``) or the state location itself (``run_operator``'s
+    ``state_location``). ``options`` configure S3 (see
+    :mod:`statestore._filesystems`)."""
+
+    def __init__(self, path: str, options: Mapping[str, str] | None = None) -> None:
+        fs, root = self.resolve_root(path, options)
+        if fs.get_file_info(root).type != pafs.FileType.Directory:
+            raise InputError(
+                f"there is no relstate state at {path}: give a query's checkpoint "
+                "directory or its state location"
+            )
+        self.path = path
+        self.fs = fs
+        self.root = root
+
+    @staticmethod
+    def resolve_root(
+        path: str, options: Mapping[str, str] | None = None
+    ) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and the state directory of ``path``: ``path/state``
+        when it is a query's checkpoint (or one being repartitioned), else
+        ``path``."""
+        fs, root = filesystem_for(path, options)
+        nested = posixpath.join(root, "state")
+        for candidate in (nested, f"{nested}.repartition"):
+            if fs.get_file_info(candidate).type == pafs.FileType.Directory:
+                return fs, nested
+        return fs, root
+
+    # -- the runner's records --------------------------------------------------------
+
+    def _read_json(self, rel: str) -> Any:
+        full = posixpath.join(self.root, rel)
+        try:
+            with self.fs.open_input_stream(full) as src:
+                return json.loads(src.read())
+        except FileNotFoundError:
+            return None
+        except OSError:
+            if self.fs.get_file_info(full).type == pafs.FileType.NotFound:
+                return None
+            raise
+
+    def query(self) -> dict[str, Any] | None:
+        """The query's shape the runner recorded (operator, partitions, key
+        types), or ``None`` for state not written by the runner."""
+        obj = self._read_json(f"{RUNNER}/query.json")
+        return obj if isinstance(obj, dict) else None
+
+    def recorded_batches(self) -> list[int]:
+        """The batch ids the runner recorded, ascending."""
+        selector = pafs.FileSelector(posixpath.join(self.root, RUNNER, "batches"), True)
+        return sorted(
+            int(i.base_name[:-5])
+            for i in self.fs.get_file_info(selector)
+            if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()
+        )
+
+    def record(self, batch_id: int) -> BatchRecord | None:
+        """The runner's record of ``batch_id``, if it recorded one."""
+        obj = self._read_json(f"{RUNNER}/batches/{batch_id:020d}.json")
+        if obj is None:
+            return None
+        return BatchRecord(
+            batch_id=int(obj["batch_id"]),
+            winners={int(k): str(v) for k, v in obj["winners"].items()},
+            watermark=obj.get("watermark"),
+            metrics={str(k): int(v) for k, v in obj.get("metrics", {}).items()},
+        )
+
+    # -- operators and partitions -----------------------------------------------------
+
+    def _dirs(self, rel: str) -> list[str]:
+        selector = pafs.FileSelector(posixpath.join(self.root, rel), allow_not_found=True)
+        return sorted(
+            i.base_name
+            for i in self.fs.get_file_info(selector)
+            if i.type == pafs.FileType.Directory
+        )
+
+    def operators(self) -> list[str]:
+        """The operators that hold state here."""
+        return [d for d in self._dirs("") if d != RUNNER and not d.startswith(".")]
+
+    def operator(self, name: str | None) -> str:
+        """``name`` checked, or the only operator when ``name`` is ``None``."""
+        found = self.operators()
+        if name is None:
+            if len(found) != 1:
+                raise InputError(
+                    f"the state at {self.path} holds operators {found}; name one (option "
+                    "'operator', --operator)"
+                )
+            return found[0]
+        if name not in found:
+            raise InputError(f"the state at {self.path} holds operators {found}, not {name!r}")
+        return name
+
+    def partitions(self, operator: str) -> list[int]:
+        """The partitions of ``operator`` that hold state."""
+        return sorted(int(d) for d in self._dirs(operator) if d.isdigit())
+
+    def checkpoint(self, operator: str, partition: int) -> PartitionCheckpoint:
+        return PartitionCheckpoint(self.root, operator, partition, filesystem=self.fs)
+
+    # -- versions -----------------------------------------------------------------------
+
+    def latest_batch(self) -> int | None:
+        """The newest batch the runner recorded (``None``: none, or state not
+        written by the runner)."""
+        batches = self.recorded_batches()
+        return batches[-1] if batches else None
+
+    def commit(self, operator: str, partition: int, batch_id: int | None) -> Manifest | None:
+        """The manifest of ``partition``'s state after ``batch_id`` (default:
+        the latest committed batch), following the runner's record of the
+        batch; ``None`` when the partition has no state then."""
+        checkpoint = self.checkpoint(operator, partition)
+        recorded = self.recorded_batches()
+        if batch_id is None:
+            if recorded:
+                batch_id = recorded[-1]
+            else:
+                versions = checkpoint.versions()
+                if not versions:
+                    return None
+                batch_id = versions[-1]
+        elif recorded and batch_id > recorded[-1]:
+            raise InputError(
+                f"batch {batch_id} is not committed: the runner recorded batches up to "
+                f"{recorded[-1]} at {self.path}; a later attempt may still be running or "
+                "may have failed"
+            )
+        record = self.record(batch_id) if recorded else None
+        commit_id = None if record is None else record.winners.get(partition)
+        if record is not None and commit_id is None:
+            return None  # the batch ran with fewer partitions than there are now
+        try:
+            return checkpoint.resolve(batch_id, commit_id)
+        except VersionNotFoundError:
+            kept = checkpoint.versions()
+            raise InputError(
+                f"batch {batch_id} of operator {operator!r} partition {partition} is not "
+                f"kept at {self.path} (kept: {kept[0] if kept else '-'}.."
+                f"{kept[-1] if kept else '-'}); read a kept batch"
+            ) from None
+
+    def tables(self, operator: str, batch_id: int | None = None) -> list[TableMeta]:
+        """The tables of ``operator`` as the newest manifest at ``batch_id``
+        records them."""
+        for partition in self.partitions(operator):
+            manifest = self.commit(operator, partition, batch_id)
+            if manifest is not None:
+                return list(manifest.tables)
+        raise InputError(f"operator {operator!r} at {self.path} has no committed state")
+
+    def table(self, operator: str, name: str | None, batch_id: int | None = None) -> TableMeta:
+        """One table by name (for a join, each side's table has its own name);
+        the only non-timer table when ``name`` is ``None``."""
+        metas = self.tables(operator, batch_id)
+        names = [m.name for m in metas]
+        if name is None:
+            own = [m for m in metas if not m.name.startswith("__")]
+            if len(own) != 1:
+                raise InputError(
+                    f"operator {operator!r} has tables {names}; name one (option 'table', --table)"
+                )
+            return own[0]
+        for meta in metas:
+            if meta.name == name:
+                return meta
+        raise InputError(f"operator {operator!r} has tables {names}, not {name!r}")

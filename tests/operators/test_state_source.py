@@ -1,0 +1,260 @@
+"""Reading state as DataFrames (relstate-state, its change feed,
+relstate-metadata), `relstate inspect`, and `relstate repartition`, on the
+checkpoint of a real query."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from operators import cli
+from operators._repartition import repartition
+from operators._runner import run_operator
+from operators._sinks import ParquetSink
+from operators._state_location import StateLocation
+from operators._state_read import read_rows
+from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
+from operators.errors import InputError
+from operators.examples import RunningAggregate
+
+pytestmark = pytest.mark.spark
+
+OPERATOR = "running_aggregate"
+
+
+def run_query(spark: Any, root: Path, partitions: int, batches: int) -> ParquetSink:
+    """Run RunningAggregate over the first ``batches`` files of ``root/source``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    stream = spark.readStream.schema(from_arrow_schema(ORDERS)).option("maxFilesPerTrigger", 1)
+    sink = ParquetSink(str(root / "output"))
+    query = run_operator(
+        stream.parquet(str(root / "source")),
+        RunningAggregate(),
+        keys=["key"],
+        partitions=partitions,
+        checkpoint=str(root / "checkpoint"),
+        sink=sink,
+        sequence_column="seq",
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    return sink
+
+
+def per_batch(spark: Any, sink: ParquetSink) -> list[Counter[tuple[Any, ...]]]:
+    out: dict[int, Counter[tuple[Any, ...]]] = {}
+    for r in sink.read(spark).collect():
+        out.setdefault(r["batch"], Counter())[
+            (r["row_kind"], r["key"], r["count"], r["total"])
+        ] += 1
+    return [out.get(i, Counter()) for i in range(max(out) + 1)] if out else []
+
+
+def live_after(orders: list[pa.Table], batch: int) -> dict[str, tuple[int, int]]:
+    """The aggregates (count, total per key) after ``batch``, from the orders."""
+    current: dict[int, tuple[str, int]] = {}
+    for table in orders[: batch + 1]:
+        for r in table.to_pylist():
+            if r["row_kind"] in ("+I", "+U"):
+                current[r["order_id"]] = (r["key"], r["value"])
+            else:
+                del current[r["order_id"]]
+    live: dict[str, tuple[int, int]] = {}
+    for key, amount in current.values():
+        count, total = live.get(key, (0, 0))
+        live[key] = (count + 1, total + amount)
+    return live
+
+
+def net_changes(orders: list[pa.Table], batch: int) -> Counter[tuple[Any, ...]]:
+    """What ``batch`` changed in the aggregates, key by key."""
+    before, after = live_after(orders, batch - 1), live_after(orders, batch)
+    out: Counter[tuple[Any, ...]] = Counter()
+    for key, row in after.items():
+        if key not in before:
+            out[("insert", key, *row)] += 1
+        elif before[key] != row:
+            out[("update_preimage", key, *before[key])] += 1
+            out[("update_postimage", key, *row)] += 1
+    for key, row in before.items():
+        if key not in after:
+            out[("delete", key, *row)] += 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def orders() -> list[pa.Table]:
+    """Four batches of a small orders changelog."""
+    return generate(DemoConfig(batches=4, orders_per_batch=200, customers=30, seed=5))
+
+
+@pytest.fixture(scope="module")
+def query(spark: Any, tmp_path_factory: pytest.TempPathFactory, orders: list[pa.Table]) -> Path:
+    """A checkpoint of RunningAggregate on 2 partitions after batches 0..3."""
+    root = tmp_path_factory.mktemp("state-source")
+    write_batches(root / "source", orders)
+    run_query(spark, root, partitions=2, batches=len(orders))
+    return root / "checkpoint"
+
+
+class TestStateSource:
+    def test_latest_rows_with_types_one_spark_partition_each(
+        self, spark: Any, query: Path, orders: list[pa.Table]
+    ) -> None:
+        """The default read is the latest committed batch: every live aggregate
+        once, with the table's column types, one Spark partition per state
+        partition."""
+        df = spark.read.format("relstate-state").option("path", str(query)).load()
+        assert df.rdd.getNumPartitions() == 2
+        assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+            ("key", "string"),
+            ("count", "bigint"),
+            ("total", "bigint"),
+        ]
+        got = {r["key"]: (r["count"], r["total"]) for r in df.collect()}
+        assert got == live_after(orders, 3)
+
+    def test_time_travel_and_one_partition(
+        self, spark: Any, query: Path, orders: list[pa.Table]
+    ) -> None:
+        """batch_id reads an older kept batch; partition reads one partition,
+        whose keys are exactly the ones Spark hashes there."""
+        from pyspark.sql import functions as F
+
+        reader = spark.read.format("relstate-state").option("path", str(query))
+        old = reader.option("table", "aggregates").option("batch_id", 1).load()
+        got = {r["key"]: (r["count"], r["total"]) for r in old.collect()}
+        assert got == live_after(orders, 1)
+        one = reader.option("partition", 1).load()
+        assert one.rdd.getNumPartitions() == 1
+        hashed = one.select(F.expr("pmod(hash(key), 2)").alias("p")).distinct().collect()
+        assert [r["p"] for r in hashed] == [1]
+
+    def test_change_feed_is_each_batch_net_change(
+        self, spark: Any, query: Path, orders: list[pa.Table]
+    ) -> None:
+        """The change feed of batches 1..3 gives, per batch, each key's net
+        change: insert, update pre/post images, or delete."""
+        df = (
+            spark.read.format("relstate-state")
+            .option("path", str(query))
+            .option("readChangeFeed", "true")
+            .option("startBatchId", 1)
+            .option("endBatchId", 3)
+            .load()
+        )
+        got: dict[int, Counter[tuple[Any, ...]]] = {}
+        for r in df.collect():
+            got.setdefault(r["batch_id"], Counter())[
+                (r["change_type"], r["key"], r["count"], r["total"])
+            ] += 1
+        assert [got.get(b, Counter()) for b in (1, 2, 3)] == [
+            net_changes(orders, b) for b in (1, 2, 3)
+        ]
+
+    def test_metadata_view(self, spark: Any, query: Path) -> None:
+        """relstate-metadata lists each partition's tables with schema, the
+        partition count, the latest batch and the kept versions."""
+        rows = (
+            spark.read.format("relstate-metadata")
+            .option("path", str(query))
+            .load()
+            .where("table = 'aggregates'")
+            .orderBy("partition")
+            .collect()
+        )
+        assert [r["partition"] for r in rows] == [0, 1]
+        for r in rows:
+            assert r["operator"] == OPERATOR
+            assert r["columns"] == "key string, count int64, total int64"
+            assert r["key_columns"] == "key asc"
+            assert r["partition_count"] == 2
+            assert r["batch_id"] == 3
+            assert r["kept_versions"] == [0, 1, 2, 3]
+            assert r["state_bytes"] > 0
+
+    def test_an_unrecorded_batch_is_not_read(self, query: Path) -> None:
+        """A batch after the runner's last record is refused, never read."""
+        location = StateLocation(str(query))
+        meta = location.table(OPERATOR, "aggregates")
+        with pytest.raises(InputError, match="not committed"):
+            read_rows(location, OPERATOR, meta, 0, batch_id=4)
+
+
+class TestInspect:
+    def test_metadata_on_the_terminal(
+        self, query: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`relstate inspect` prints the query, the tables and one line per
+        partition."""
+        assert cli.main(["inspect", str(query)]) == 0
+        out = capsys.readouterr().out
+        assert f"query: operator {OPERATOR}, 2 partitions, key types [['string']]" in out
+        assert "batches recorded: 0..3 (latest committed 3" in out
+        assert "table aggregates (id 0x1, row layout): key string, count int64" in out
+        lines = [line.split() for line in out.splitlines() if line.startswith("  0 ")]
+        assert lines and lines[0][1] == "3" and lines[0][3] == "0..3"
+
+    def test_rows_on_the_terminal(
+        self, query: Path, orders: list[pa.Table], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--table/--batch/--limit prints that many rows of the batch."""
+        code = cli.main(
+            ["inspect", str(query), "--table", "aggregates", "--batch", "2", "--limit", "5"]
+        )
+        assert code == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"operator {OPERATOR}, table aggregates, batch 2: 5 row(s) shown"
+        assert out[1].split() == ["key", "count", "total"]
+        live = live_after(orders, 2)
+        for line in out[3:]:
+            key, count, total = line.split()
+            assert live[key] == (int(count), int(total))
+
+    def test_unknown_table_is_a_clear_error(
+        self, query: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A table the operator does not have exits 2 naming the tables it has."""
+        assert cli.main(["inspect", str(query), "--table", "nope"]) == 2
+        assert "has tables ['aggregates', '__timers'], not 'nope'" in capsys.readouterr().err
+
+
+class TestRepartition:
+    def test_resumes_on_three_partitions_with_the_same_results(
+        self, spark: Any, tmp_path: Path, orders: list[pa.Table], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two batches on 2 partitions, `relstate repartition --partitions 3`,
+        then the rest on 3 partitions: the output equals an unrepartitioned
+        run, and every row sits in the partition Spark hashes it to."""
+        from pyspark.sql import functions as F
+
+        write_batches(tmp_path / "source", orders[:2])
+        run_query(spark, tmp_path, partitions=2, batches=2)
+        checkpoint = str(tmp_path / "checkpoint")
+        assert cli.main(["repartition", checkpoint, "--partitions", "3"]) == 0
+        assert "repartitioned from 2 to 3 partitions" in capsys.readouterr().out
+        state = spark.read.format("relstate-state").option("path", checkpoint).load()
+        assert state.rdd.getNumPartitions() == 3
+        wrong = state.where(F.expr("pmod(hash(key), 3)") != F.spark_partition_id()).count()
+        assert wrong == 0
+        for i in (2, 3):
+            pq.write_table(orders[i], tmp_path / "source" / f"orders-{i:04d}.parquet")
+        sink = run_query(spark, tmp_path, partitions=3, batches=4)
+        assert per_batch(spark, sink) == reference(orders)
+
+    def test_same_count_and_missing_state_are_refused(self, query: Path, tmp_path: Path) -> None:
+        """Repartitioning to the current count, or a directory without a
+        query's state, is a clear error that changes nothing."""
+        copy = tmp_path / "copy"
+        shutil.copytree(query, copy)
+        with pytest.raises(InputError, match="has 2 partitions already"):
+            repartition(str(copy), 2)
+        with pytest.raises(InputError, match="no relstate state"):
+            repartition(str(tmp_path / "nothing"), 3)
