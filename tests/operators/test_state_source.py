@@ -4,7 +4,9 @@ checkpoint of a real query."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -244,8 +246,11 @@ class TestRepartition:
         assert state.rdd.getNumPartitions() == 3
         wrong = state.where(F.expr("pmod(hash(key), 3)") != F.spark_partition_id()).count()
         assert wrong == 0
+        now = time.time()
         for i in (2, 3):
-            pq.write_table(orders[i], tmp_path / "source" / f"orders-{i:04d}.parquet")
+            path = tmp_path / "source" / f"orders-{i:04d}.parquet"
+            pq.write_table(orders[i], path)
+            os.utime(path, (now + i, now + i))  # taken in order, as write_batches does
         sink = run_query(spark, tmp_path, partitions=3, batches=4)
         assert per_batch(spark, sink) == reference(orders)
 
