@@ -12,7 +12,10 @@ except ``s3://``, which is configured from the usual AWS environment variables
 
 ``options`` (from a data source's options, say) take precedence over the
 environment: ``endpoint``, ``region``, ``access_key``, ``secret_key``,
-``session_token``.
+``session_token``. An ``s3://`` URI with a query string or credentials
+(``s3://KEY:SECRET@bucket/path?endpoint_override=host:port&scheme=http``) is
+``pyarrow``'s own URI syntax and is passed to it as it is: that is how a
+configuration reaches Spark's executors when their environment cannot be set.
 """
 
 from __future__ import annotations
@@ -64,9 +67,9 @@ def filesystem_for(
     location: str, options: Mapping[str, str] | None = None
 ) -> tuple[pafs.FileSystem, str]:
     """The filesystem of ``location`` and the path on it (no trailing ``/``)."""
-    if location.startswith("s3://") or location.startswith("s3a://"):
-        path = location.split("://", 1)[1].rstrip("/")
-        return s3_filesystem(options), path
+    scheme, _, rest = location.partition("://")
+    if scheme == "s3" and "?" not in rest and "@" not in rest.split("/", 1)[0]:
+        return s3_filesystem(options), rest.rstrip("/")
     if "://" in location:
         fs, path = pafs.FileSystem.from_uri(location)
         return fs, path.rstrip("/") or "/"

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from statestore import KVBackend, MemoryBackend, RocksDBBackend
+from tests._s3 import MotoS3, start_moto
 
 settings.register_profile(
     "relstate",
@@ -56,3 +57,11 @@ def reopen(backend: KVBackend) -> KVBackend:
 def backend(backend_factory: BackendFactory) -> KVBackend:
     """One open backend of each kind."""
     return backend_factory()
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[MotoS3]:
+    """An S3-compatible server (moto) on loopback for the whole session."""
+    server = start_moto()
+    yield server
+    server.stop()

@@ -1,6 +1,7 @@
 """Crash tests: a real worker process is SIGKILLed at each fault point (and at
 random moments in the soak test); a new store must then load exactly the state
-of the committed operations, and go on committing from it."""
+of the committed operations, and go on committing from it. Each runs on a
+local checkpoint and on S3 (a moto server on loopback)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,20 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 import pytest
 
 from statestore import StateStore, _checkpoint, _faults, _retention, _store, _transfer
 from statestore._faults import ENV_VAR
 from statestore._faults import STORE_POINTS as POINTS
+from statestore._filesystems import filesystem_for
+from tests._s3 import MotoS3
 from tests.statestore._crash_worker import (
     OPERATOR,
     TABLES,
@@ -74,12 +79,12 @@ class History:
 
 
 def run_worker(
-    location: Path, local: Path, versions: int, seed: int, fault: str | None = None
+    location: str, local: Path, versions: int, seed: int, fault: str | None = None
 ) -> tuple[int, list[list[Any]], str]:
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     if fault is not None:
         env[ENV_VAR] = fault
-    args = [str(location), str(local), str(versions), str(seed), str(INTERVAL), str(RETAIN)]
+    args = [location, str(local), str(versions), str(seed), str(INTERVAL), str(RETAIN)]
     proc = subprocess.run(
         [sys.executable, "-m", "tests.statestore._crash_worker", *args],
         cwd=REPO,
@@ -95,11 +100,11 @@ def _parse(stdout: str) -> list[list[Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("[")]
 
 
-def _open(location: Path, local: Path) -> StateStore:
-    return StateStore(str(location), OPERATOR, 0, TABLES, config(str(local), INTERVAL, RETAIN))
+def _open(location: str, local: Path) -> StateStore:
+    return StateStore(location, OPERATOR, 0, TABLES, config(str(local), INTERVAL, RETAIN))
 
 
-def verify(history: History, location: Path, local: Path, every_version: bool) -> None:
+def verify(history: History, location: str, local: Path, every_version: bool) -> None:
     """A new store on ``local`` loads the newest version (and, if asked, every
     kept one) exactly, then commits one more version on top of it."""
     with _open(location, local) as store:
@@ -119,16 +124,41 @@ def verify(history: History, location: Path, local: Path, every_version: bool) -
         assert store_state(fresh) == history.committed[newest + 1]
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, History]:
+#: Where the checkpoint lives: a local directory, or a bucket of the moto S3
+#: server. On S3 a file is uploaded once under its final name, so the points
+#: between a temporary file and its rename are never reached there.
+WHERE = ("local", "s3")
+CASES = [("local", p) for p in POINTS] + [
+    ("s3", p) for p in POINTS if not p.endswith(".after_temp")
+]
+
+
+class Locations:
+    """Fresh checkpoint locations on one backend, and copies of them."""
+
+    def __init__(self, where: str, request: pytest.FixtureRequest) -> None:
+        self.where = where
+        self.request = request
+
+    def new(self, root: Path) -> str:
+        if self.where == "local":
+            return str(root / "ckpt")
+        s3: MotoS3 = self.request.getfixturevalue("s3")
+        return s3.uri()
+
+    def copy(self, src: str, dst: str) -> None:
+        src_fs, src_path = filesystem_for(src)
+        dst_fs, dst_path = filesystem_for(dst)
+        pafs.copy_files(src_path, dst_path, source_filesystem=src_fs, destination_filesystem=dst_fs)
+
+
+@dataclass
+class Template:
     """A checkpoint with versions 1..4 and the clean local directory that wrote it."""
-    root = tmp_path_factory.mktemp("template")
-    code, lines, err = run_worker(root / "ckpt", root / "local", 4, seed=1)
-    assert code == 0, err
-    history = History()
-    history.feed(lines)
-    assert sorted(history.committed) == [1, 2, 3, 4]
-    return root / "ckpt", root / "local", history
+
+    location: str
+    local: Path
+    history: History
 
 
 @dataclass
@@ -136,62 +166,102 @@ class Crash:
     """One worker run killed at a fault point, with its directories."""
 
     root: Path
+    location: str
     history: History
     returncode: int
     lines: list[list[Any]]
     stderr: str
 
 
-@pytest.fixture(scope="module")
-def crashes(
-    template: tuple[Path, Path, History], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Crash]:
-    """For every fault point, a copy of the template checkpoint on which a
-    worker ran 8 more versions and was killed at the point. The workers run
-    concurrently: most of their time is process start-up and fsync."""
-    ckpt_src, local_src, base = template
+class Backend:
+    """The template and the crashed copies of one backend, made once."""
 
-    def crash(point: str) -> Crash:
-        root = tmp_path_factory.mktemp(point.replace(".", "-"))
-        shutil.copytree(ckpt_src, root / "ckpt")
-        shutil.copytree(local_src, root / "clean-local")
+    def __init__(
+        self, where: str, request: pytest.FixtureRequest, factory: pytest.TempPathFactory
+    ) -> None:
+        self.locations = Locations(where, request)
+        self.factory = factory
+        root = factory.mktemp(f"template-{where}")
+        location = self.locations.new(root)
+        code, lines, err = run_worker(location, root / "local", 4, seed=1)
+        assert code == 0, err
+        history = History()
+        history.feed(lines)
+        assert sorted(history.committed) == [1, 2, 3, 4]
+        self.template = Template(location, root / "local", history)
+        self._crashes: dict[str, Crash] | None = None
+
+    def crashes(self) -> dict[str, Crash]:
+        """For every fault point of the backend, a copy of the template
+        checkpoint on which a worker ran 8 more versions and was killed at the
+        point. The workers run concurrently: most of their time is process
+        start-up and fsync."""
+        if self._crashes is None:
+            points = [p for w, p in CASES if w == self.locations.where]
+            with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) * 2)) as pool:
+                self._crashes = dict(zip(points, pool.map(self._crash, points), strict=True))
+        return self._crashes
+
+    def _crash(self, point: str) -> Crash:
+        root = self.factory.mktemp(point.replace(".", "-"))
+        location = self.locations.new(root)
+        self.locations.copy(self.template.location, location)
+        shutil.copytree(self.template.local, root / "clean-local")
         nth = 1 if point in ONCE else 2
         code, lines, err = run_worker(
-            root / "ckpt",
+            location,
             root / "crashed-local",
             8,
             seed=zlib.crc32(point.encode()),
             fault=f"{point}@{nth}",
         )
-        return Crash(root, History(dict(base.committed)), code, lines, err)
+        return Crash(
+            root, location, History(dict(self.template.history.committed)), code, lines, err
+        )
 
-    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) * 2)) as pool:
-        return dict(zip(POINTS, pool.map(crash, POINTS), strict=True))
+
+@pytest.fixture(scope="module")
+def backends(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], Backend]]:
+    """Each backend's template and crashes, made on first use."""
+    made: dict[str, Backend] = {}
+
+    def get(where: str) -> Backend:
+        if where not in made:
+            made[where] = Backend(where, request, tmp_path_factory)
+        return made[where]
+
+    yield get
 
 
 class TestCrashAtEachFaultPoint:
-    @pytest.mark.parametrize("point", POINTS)
-    def test_recovers_committed_state(self, point: str, crashes: dict[str, Crash]) -> None:
+    @pytest.mark.parametrize(("where", "point"), CASES)
+    def test_recovers_committed_state(
+        self, where: str, point: str, backends: Callable[[str], Backend]
+    ) -> None:
         """Killed at the point, the worker's committed versions all load exactly,
         from its own local directory, an older clean one, and a fresh one."""
-        crash = crashes[point]
+        crash = backends(where).crashes()[point]
         assert crash.returncode == -signal.SIGKILL, (
             f"the worker was not killed at {point}: {crash.stderr[-2000:]}"
         )
         assert ["closed"] not in crash.lines
         history = crash.history
         history.feed(crash.lines)
-        verify(history, crash.root / "ckpt", crash.root / "crashed-local", every_version=True)
-        verify(history, crash.root / "ckpt", crash.root / "clean-local", every_version=False)
+        verify(history, crash.location, crash.root / "crashed-local", every_version=True)
+        verify(history, crash.location, crash.root / "clean-local", every_version=False)
 
+    @pytest.mark.parametrize("where", WHERE)
     def test_every_point_is_reached_by_the_workload(
         self,
-        template: tuple[Path, Path, History],
+        where: str,
+        backends: Callable[[str], Backend],
         tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        """The crash workload passes every fault point often enough to be killed
-        there (so no parametrized case above is vacuous)."""
+        """The crash workload passes every fault point of the backend often
+        enough to be killed there (so no parametrized case above is vacuous)."""
         seen: list[str] = []
 
         def spy(name: str) -> None:
@@ -200,8 +270,9 @@ class TestCrashAtEachFaultPoint:
 
         for module in (_checkpoint, _retention, _store, _transfer):
             monkeypatch.setattr(module, "fault", spy)
-        ckpt = tmp_path / "ckpt"
-        shutil.copytree(template[0], ckpt)
+        backend = backends(where)
+        ckpt = backend.locations.new(tmp_path)
+        backend.locations.copy(backend.template.location, ckpt)
         store = _open(ckpt, tmp_path / "local")
         store.load(store.versions()[-1])
         for version in range(5, 13):
@@ -209,19 +280,20 @@ class TestCrashAtEachFaultPoint:
             info = store.commit(version)
             store.record_winner(version, info.commit_id)
         store.close()
-        for point in POINTS:
-            assert seen.count(point) >= (1 if point in ONCE else 2), point
+        for w, point in CASES:
+            if w == where:
+                assert seen.count(point) >= (1 if point in ONCE else 2), point
 
 
 class TestSoak:
-    def _soak(self, root: Path, rounds: int, seed: int) -> None:
+    def _soak(self, ckpt: str, root: Path, rounds: int, seed: int) -> None:
         rng = random.Random(seed)
-        ckpt, local = root / "ckpt", root / "local"
+        local = root / "local"
         history = History()
         env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
         kills = 0
         for round_no in range(rounds):
-            args = [str(ckpt), str(local), "40", str(seed * 1000 + round_no), str(INTERVAL)]
+            args = [ckpt, str(local), "40", str(seed * 1000 + round_no), str(INTERVAL)]
             stderr_path = root / f"worker-{round_no}.err"
             with open(stderr_path, "w") as stderr:
                 proc = subprocess.Popen(
@@ -248,11 +320,13 @@ class TestSoak:
                 verify(history, ckpt, local, every_version=round_no == rounds - 1)
         assert kills >= rounds // 2, f"only {kills} of {rounds} workers were killed mid-run"
 
-    def test_random_kills(self, tmp_path: Path) -> None:
-        """Workers killed at random moments never lose or double a committed row."""
-        self._soak(tmp_path, rounds=4, seed=7)
+    @pytest.mark.parametrize("where", WHERE)
+    def test_random_kills(self, where: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        """Workers killed at random moments never lose or double a committed
+        row, on a local checkpoint and on S3."""
+        self._soak(Locations(where, request).new(tmp_path), tmp_path, rounds=4, seed=7)
 
     @pytest.mark.slow
     def test_random_kills_long(self, tmp_path: Path) -> None:
         """The same over many more kills."""
-        self._soak(tmp_path, rounds=40, seed=11)
+        self._soak(str(tmp_path / "ckpt"), tmp_path, rounds=40, seed=11)
