@@ -29,7 +29,13 @@ def _source(root: Path, batches: list[pa.Table]) -> str:
     return str(source)
 
 
-def _run(spark: Any, root: Path, batches: list[pa.Table], partitions: int = 3) -> ParquetSink:
+def _run(
+    spark: Any,
+    root: Path,
+    batches: list[pa.Table],
+    partitions: int = 3,
+    state_location: str | None = None,
+) -> ParquetSink:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     source = root / "source"
@@ -46,6 +52,7 @@ def _run(spark: Any, root: Path, batches: list[pa.Table], partitions: int = 3) -
         sink=sink,
         sequence_column="seq",
         trigger={"availableNow": True},
+        state_location=state_location,
     )
     query.awaitTermination()
     assert len(query.history) == len(batches) or root.joinpath("resumed").exists()
@@ -100,17 +107,27 @@ class TestRunner:
                 stored.update({k: (c, t) for k, c, t in store.table("aggregates").scan()})
         assert stored == live
 
+    @pytest.mark.parametrize("where", ["local", "s3"])
     def test_task_dies_after_commit_and_is_retried(
-        self, spark: Any, tmp_path: Path, small: list[pa.Table], fault_dir: Path
+        self,
+        spark: Any,
+        tmp_path: Path,
+        small: list[pa.Table],
+        fault_dir: Path,
+        where: str,
+        request: pytest.FixtureRequest,
     ) -> None:
         """A task killed after committing its partition is retried: the batch
         has two attempts of that version, the recorded winner is the retry's,
-        and output and state equal a run with no failure."""
+        and output and state equal a run with no failure; with the state on a
+        local disk and on S3 (a moto server on loopback)."""
+        location = str(tmp_path / "checkpoint" / "state")
+        if where == "s3":
+            location = request.getfixturevalue("s3").uri()
         arm(str(fault_dir), "runner.task_after_commit")
-        sink = _run(spark, tmp_path, small)
+        sink = _run(spark, tmp_path, small, state_location=location)
         assert not (fault_dir / "runner.task_after_commit").exists(), "the fault must fire"
         assert _per_batch(spark, sink) == reference(small)
-        location = str(tmp_path / "checkpoint" / "state")
         attempts = [
             len(PartitionCheckpoint(location, "running_aggregate", p).commits(0)) for p in range(3)
         ]
