@@ -19,11 +19,13 @@ from operators import cli
 from operators._repartition import repartition
 from operators._runner import run_operator
 from operators._sinks import ParquetSink
+from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation
 from operators._state_read import read_rows
 from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
+from tests._s3 import MotoS3
 
 pytestmark = pytest.mark.spark
 
@@ -263,3 +265,30 @@ class TestRepartition:
             repartition(str(copy), 2)
         with pytest.raises(InputError, match="no relstate state"):
             repartition(str(tmp_path / "nothing"), 3)
+
+
+class TestOnS3:
+    def test_read_and_repartition_a_copy_on_s3(self, query: Path, s3: MotoS3) -> None:
+        """The query's state copied to S3 reads the same rows there, and
+        repartitions there (its directories moved by copy and delete): every
+        row lands in the partition Spark's hash gives its key."""
+        uri = s3.uri()
+        s3.upload(query / "state", uri)
+        local, remote = StateLocation(str(query)), StateLocation(uri)
+        meta = local.table(OPERATOR, "aggregates")
+        for p in (0, 1):
+            assert read_rows(remote, OPERATOR, meta, p) == read_rows(local, OPERATOR, meta, p)
+        result = repartition(uri, 3)
+        assert (result.old_partitions, result.new_partitions, result.batch_id) == (2, 3, 3)
+        moved = StateLocation(uri)
+        assert moved.partitions(OPERATOR) == [0, 1, 2]
+        assert moved.query() == {**(local.query() or {}), "partitions": 3}
+        keys: list[str] = []
+        for p in (0, 1, 2):
+            rows = read_rows(moved, OPERATOR, meta, p).column("key").to_pylist()
+            assert all(spark_partition([k], [pa.string()], 3) == p for k in rows)
+            keys += rows
+        before = [
+            k for p in (0, 1) for k in read_rows(local, OPERATOR, meta, p).column("key").to_pylist()
+        ]
+        assert sorted(keys) == sorted(before)
