@@ -1,0 +1,227 @@
+"""A stateful query on a Spark cluster of two executor JVMs
+(``local-cluster[2,1,1024]``), one of which is SIGKILLed during a batch.
+
+Run as ``python -m tests.operators._cluster_job WORKLOAD ROOT KILL_BATCH``: it
+runs the workload once with an executor killed while a task of batch
+``KILL_BATCH`` is in its operator, then once undisturbed on a fresh checkpoint,
+and writes ``ROOT/result.json`` with both outputs, per batch, and the
+reference (the operator run record at a time without Spark). It runs in its
+own process because the test session's Spark is ``local[2,3]``, and a JVM
+holds one SparkContext.
+
+A workload is a parameter (:data:`WORKLOADS`): the operator, its inputs (one
+list of batch tables per input), key and sequence columns, and its reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from operators import Operator, OperatorContext, ParquetSink, run_operator
+from operators.demo import DemoConfig, generate, reference, write_batches
+from operators.examples import RunningAggregate
+
+#: A batch's output as a multiset of rows, each ``(row_kind, *output columns)``.
+Output = list[Counter[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A query to run on the cluster."""
+
+    operator: Callable[[], Operator]
+    #: One list of batch tables per input (the n-th file of each input is
+    #: batch n).
+    inputs: Callable[[], list[list[pa.Table]]]
+    keys: list[list[str]]
+    sequence: str | None
+    reference: Callable[[list[list[pa.Table]]], Output]
+    partitions: int = 4
+
+
+def _orders() -> list[list[pa.Table]]:
+    return [generate(DemoConfig(batches=4, orders_per_batch=300, customers=40, seed=11))]
+
+
+WORKLOADS: dict[str, Workload] = {
+    "running_aggregate": Workload(
+        operator=RunningAggregate,
+        inputs=_orders,
+        keys=[["key"]],
+        sequence="seq",
+        reference=lambda inputs: reference(inputs[0]),
+    ),
+}
+
+
+class PauseOnce(Operator):
+    """``inner``, except that the first task of partition 0 in batch
+    ``batch`` stops before its commit, says so with a file ``ready-<pid>`` in
+    ``markers``, and waits until the file ``killed`` appears there (its
+    executor is being killed); every later attempt runs straight through."""
+
+    def __init__(self, inner: Operator, batch: int, markers: str) -> None:
+        self.inner = inner
+        self.batch = batch
+        self.markers = markers
+        self.name = inner.name
+        self.tables = inner.tables
+        self.inputs = inner.inputs
+        self.output = inner.output
+        self.sequence_column = inner.sequence_column
+        self.consistency = inner.consistency
+
+    def open(self, ctx: OperatorContext) -> None:
+        self.inner.open(ctx)
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        self.inner.process_batch(ctx, batch, side)
+
+    def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
+        self.inner.on_watermark(ctx, watermark)
+
+    def on_timer(self, ctx: OperatorContext, timer: Any) -> None:
+        self.inner.on_timer(ctx, timer)
+
+    def close(self, ctx: OperatorContext) -> None:
+        self.inner.close(ctx)
+        killed = Path(self.markers, "killed")
+        if ctx.batch_id != self.batch or ctx.partition_id != 0 or killed.exists():
+            return
+        Path(self.markers, f"ready-{os.getpid()}").touch()
+        deadline = time.monotonic() + 300
+        while not killed.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test never killed this task's executor")
+            time.sleep(0.1)
+
+
+def _executor_of(pid: int) -> int | None:
+    """The executor JVM above a Python worker: the first ancestor whose
+    command line runs CoarseGrainedExecutorBackend."""
+    while pid > 1:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        if b"CoarseGrainedExecutorBackend" in cmdline:
+            return pid
+        pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid")))
+    return None
+
+
+def _killer(markers: Path, killed: list[int], stop: threading.Event) -> None:
+    """Wait for a paused task, then SIGKILL its executor JVM."""
+    while not stop.is_set():
+        ready = list(markers.glob("ready-*"))
+        if ready:
+            worker = int(ready[0].name.split("-")[1])
+            executor = _executor_of(worker)
+            (markers / "killed").touch()
+            if executor is not None:
+                os.kill(executor, signal.SIGKILL)
+                killed.append(executor)
+            return
+        time.sleep(0.1)
+
+
+def _run(
+    spark: Any, workload: Workload, sources: Sequence[Path], root: Path, operator: Operator
+) -> Output:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frames = [
+        spark.readStream.schema(from_arrow_schema(_schema(source)))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        for source in sources
+    ]
+    sink = ParquetSink(str(root / "output"))
+    query = run_operator(
+        frames if len(frames) > 1 else frames[0],
+        operator,
+        keys=workload.keys if len(frames) > 1 else workload.keys[0],
+        partitions=workload.partitions,
+        checkpoint=str(root / "checkpoint"),
+        sink=sink,
+        sequence_column=workload.sequence,
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    names = operator.output.names
+    out: dict[int, Counter[tuple[Any, ...]]] = {}
+    for r in sink.read(spark).collect():
+        out.setdefault(r["batch"], Counter())[(r["row_kind"], *(r[n] for n in names))] += 1
+    return [out.get(i, Counter()) for i in range(max(out) + 1)] if out else []
+
+
+def _schema(source: Path) -> pa.Schema:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(sorted(source.glob("*.parquet"))[0])
+
+
+def _jsonable(output: Output) -> list[list[list[Any]]]:
+    return [sorted([[*row, n] for row, n in batch.items()], key=repr) for batch in output]
+
+
+def main(argv: list[str]) -> None:
+    name, root_text, kill_text = argv
+    root, kill_batch = Path(root_text), int(kill_text)
+    from pyspark import cloudpickle
+    from pyspark.sql import SparkSession
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .appName("relstate-cluster-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.log.level", "ERROR")
+        .getOrCreate()
+    )
+    workload = WORKLOADS[name]
+    inputs = workload.inputs()
+    sources = []
+    for side, batches in enumerate(inputs):
+        source = root / f"source-{side}"
+        write_batches(source, batches)
+        sources.append(source)
+    markers = root / "markers"
+    markers.mkdir(parents=True)
+    killed: list[int] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=_killer, args=(markers, killed, stop), daemon=True)
+    thread.start()
+    paused = PauseOnce(workload.operator(), kill_batch, str(markers))
+    disturbed = _run(spark, workload, sources, root / "disturbed", paused)
+    stop.set()
+    calm = _run(spark, workload, sources, root / "calm", workload.operator())
+    result: Mapping[str, Any] = {
+        "killed": killed,
+        "disturbed": _jsonable(disturbed),
+        "calm": _jsonable(calm),
+        "reference": _jsonable(workload.reference(inputs)),
+    }
+    (root / "result.json").write_text(json.dumps(result))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
