@@ -152,6 +152,7 @@ class StateLocation:
         return sorted(int(d) for d in self._dirs(operator) if d.isdigit())
 
     def checkpoint(self, operator: str, partition: int) -> PartitionCheckpoint:
+        """The partition's checkpoint (manifests, versions, winners)."""
         return PartitionCheckpoint(self.root, operator, partition, filesystem=self.fs)
 
     # -- versions -----------------------------------------------------------------------

@@ -134,6 +134,8 @@ class StateSource(DataSource):
 
 
 class _StateReader(DataSourceReader):
+    """One input partition per state partition; each task reads its own."""
+
     def __init__(self, request: _Request, operator: str, schema: pa.Schema) -> None:
         self.request = request
         self.operator = operator
@@ -177,6 +179,8 @@ class MetadataSource(DataSource):
 
 
 class _MetadataReader(DataSourceReader):
+    """One input partition: the metadata is a few rows per state partition."""
+
     def __init__(self, request: _Request) -> None:
         self.request = request
 
