@@ -155,12 +155,13 @@ class StreamingJoin(Operator):
             candidates = other.records(ctx, key)
         if kind.is_accumulate and found is not None and view.has_unique_key:
             self._replace(ctx, side, row, kind, found, candidates)
-        elif kind.is_accumulate:
-            self._accumulate(ctx, side, row, kind, found, candidates)
-        else:
+            return
+        if kind.is_retract:
             if found is None:
                 ctx.count(f"{view.name}.numRetractionsOfUnknownRows")
-            self._retract(ctx, side, found.row if found else row, kind, found, candidates)
+            else:  # with a unique key, retract what is stored under it
+                row = found.row
+        self._apply(ctx, side, row, kind, found, candidates)
 
     def _matches(self, side: int, row: Row, candidates: list[Record]) -> list[Record]:
         condition = self.condition
@@ -173,7 +174,7 @@ class StreamingJoin(Operator):
     def _emit(self, ctx: OperatorContext, side: int, row: Row, other: Row, kind: RowKind) -> None:
         ctx.emit(row + other if side == LEFT else other + row, kind)
 
-    def _accumulate(
+    def _apply(
         self,
         ctx: OperatorContext,
         side: int,
@@ -182,14 +183,22 @@ class StreamingJoin(Operator):
         found: Record | None,
         candidates: list[Record],
     ) -> None:
+        """Accumulate or retract ``row`` (not an upsert): pad or unpad it on
+        an outer side, gain or lose each match, store or remove it."""
         view, other = self.views[side], self.views[1 - side]
         matches = self._matches(side, row, candidates)
-        joined = INS if view.outer or other.outer else kind
+        accumulate = kind.is_accumulate
+        padded = INS if accumulate else DEL
+        joined = padded if view.outer or other.outer else kind
         if view.outer and not matches:
-            self._emit(ctx, side, row, self._nulls[1 - side], INS)
+            self._emit(ctx, side, row, self._nulls[1 - side], padded)
+        change = self._gain if accumulate else self._lose
         for m in matches:
-            self._gain(ctx, side, row, m, joined)
-        view.add(ctx, row, found, sum(m.appearances for m in matches))
+            change(ctx, side, row, m, joined)
+        if accumulate:
+            view.add(ctx, row, found, sum(m.appearances for m in matches))
+        elif found is not None:
+            view.retract(ctx, found)
 
     def _gain(self, ctx: OperatorContext, side: int, row: Row, m: Record, kind: RowKind) -> None:
         """``row`` newly matches ``m``: per appearance of ``m``, retract its
@@ -212,25 +221,6 @@ class StreamingJoin(Operator):
                 self._emit(ctx, 1 - side, m.row, self._nulls[side], INS)
         if other.outer:
             other.set_associations(ctx, m, max(m.associations - 1, 0))
-
-    def _retract(
-        self,
-        ctx: OperatorContext,
-        side: int,
-        row: Row,
-        kind: RowKind,
-        found: Record | None,
-        candidates: list[Record],
-    ) -> None:
-        view, other = self.views[side], self.views[1 - side]
-        matches = self._matches(side, row, candidates)
-        joined = DEL if view.outer or other.outer else kind
-        if view.outer and not matches:
-            self._emit(ctx, side, row, self._nulls[1 - side], DEL)
-        for m in matches:
-            self._lose(ctx, side, row, m, joined)
-        if found is not None:
-            view.retract(ctx, found)
 
     def _replace(
         self,
