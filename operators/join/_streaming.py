@@ -213,14 +213,18 @@ class StreamingJoin(Operator):
 
     def _lose(self, ctx: OperatorContext, side: int, row: Row, m: Record, kind: RowKind) -> None:
         """``row`` no longer matches ``m``: per appearance of ``m``, retract the
-        pair and pad ``m`` if that was its last association; count it."""
+        pair and pad ``m`` if that was its last association; count it. An
+        outer ``m`` with no association has no pair to retract: only a row
+        that was never stored (or expired) can meet it here."""
         other = self.views[1 - side]
+        if other.outer and m.associations <= 0:
+            return
         for _ in range(m.appearances):
             self._emit(ctx, side, row, m.row, kind)
             if other.outer and m.associations == 1:
                 self._emit(ctx, 1 - side, m.row, self._nulls[side], INS)
         if other.outer:
-            other.set_associations(ctx, m, max(m.associations - 1, 0))
+            other.set_associations(ctx, m, m.associations - 1)
 
     def _replace(
         self,

@@ -97,6 +97,9 @@ class JoinStateView:
         if ttl_ms is not None and ttl_ms <= 0:
             raise InputError(f"the {name} TTL is a number of milliseconds > 0, got {ttl_ms}")
         self.name = name
+        self._updated = f"{name}.numUpdatedStateRows"
+        self._removed = f"{name}.numRemovedStateRows"
+        self._expired_metric = f"{name}.numExpiredStateRows"
         self.outer = outer
         self.ttl_ms = ttl_ms
         self.width = len(schema)
@@ -162,8 +165,8 @@ class JoinStateView:
 
     def _expire(self, ctx: OperatorContext, stored: Row) -> None:
         ctx.table(self.name).delete(stored)
-        ctx.count(f"{self.name}.numRemovedStateRows")
-        ctx.count(f"{self.name}.numExpiredStateRows")
+        ctx.count(self._removed)
+        ctx.count(self._expired_metric)
 
     # -- reads ---------------------------------------------------------------------
 
@@ -210,7 +213,7 @@ class JoinStateView:
         else:
             appearances = 1 if self.has_unique_key else found.appearances + 1
             table.update(found.stored, self._stored(row, appearances, associations, now))
-        ctx.count(f"{self.name}.numUpdatedStateRows")
+        ctx.count(self._updated)
 
     def retract(self, ctx: OperatorContext, found: Record) -> None:
         """Remove one appearance of a stored record."""
@@ -220,16 +223,16 @@ class JoinStateView:
                 found.row, found.appearances - 1, found.associations, ctx.processing_time
             )
             table.update(found.stored, new)
-            ctx.count(f"{self.name}.numUpdatedStateRows")
+            ctx.count(self._updated)
         else:
             table.delete(found.stored)
-            ctx.count(f"{self.name}.numRemovedStateRows")
+            ctx.count(self._removed)
 
     def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
         """Store a new number of associations for an outer side's record."""
         new = self._stored(record.row, record.appearances, associations, ctx.processing_time)
         ctx.table(self.name).update(record.stored, new)
-        ctx.count(f"{self.name}.numUpdatedStateRows")
+        ctx.count(self._updated)
 
     def sweep(self, ctx: OperatorContext) -> int:
         """Delete every expired row (a scan of the whole side); returns how

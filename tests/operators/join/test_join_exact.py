@@ -321,3 +321,73 @@ class TestSchema:
         other = pa.schema([("k", pa.string())])
         with pytest.raises(InputError, match="different types"):
             StreamingJoin(JoinType.INNER, PAIRS, other, ["k"], ["k"], right_prefix="r_")
+
+
+class TestMetrics:
+    def test_per_side_counters(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness]
+    ) -> None:
+        """Each side counts its state rows, rows written (association changes
+        included) and rows removed; numOutputRows counts the output."""
+        h = make_harness(pairs_join(JoinType.LEFT))
+        h.process_element((1, "a"), INS, L)
+        h.process_element((1, "x"), INS, R)
+        h.process_element((1, "x"), DEL, R)
+        h.commit()
+        m = h.last_metrics
+        assert m["left.numTotalStateRows"] == 1 and m["right.numTotalStateRows"] == 0
+        assert m["left.numUpdatedStateRows"] == 3  # stored, then 0 -> 1 -> 0 associations
+        assert m["right.numUpdatedStateRows"] == 1 and m["right.numRemovedStateRows"] == 1
+        assert m["numOutputRows"] == 5
+
+    def test_retraction_of_an_unknown_row(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness]
+    ) -> None:
+        """A retraction of a row never stored is counted; it retracts pairs
+        with inner rows (as Flink does) but none with an outer row that has no
+        association, which has no pair."""
+        h = make_harness(pairs_join(JoinType.RIGHT))
+        h.process_element((1, "x"), INS, R)
+        h.process_element((2, "b"), INS, L)
+        assert h.process_element((1, "a"), DEL, L) == []
+        assert h.process_element((2, "y"), DEL, R) == [(DEL, (2, "b", 2, "y"))]
+        assert h.metrics["left.numRetractionsOfUnknownRows"] == 1
+        assert h.metrics["right.numRetractionsOfUnknownRows"] == 1
+        assert list(h.table("right").scan()) == [(1, "x", 1, 0)]
+
+
+class TestRightJoin:
+    def test_right_side_is_outer(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness]
+    ) -> None:
+        """In a right join the right side is padded and the left is inner."""
+        h = make_harness(pairs_join(JoinType.RIGHT))
+        assert h.process_element((1, "a"), INS, L) == []
+        assert h.process_element((2, "y"), INS, R) == [(INS, (None, None, 2, "y"))]
+        assert h.process_element((2, "b"), INS, L) == [
+            (DEL, (None, None, 2, "y")),
+            (INS, (2, "b", 2, "y")),
+        ]
+        assert h.process_element((2, "b"), UB, L) == [
+            (DEL, (2, "b", 2, "y")),
+            (INS, (None, None, 2, "y")),
+        ]
+
+
+class TestTTLRestore:
+    def test_write_times_survive_a_restore(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness]
+    ) -> None:
+        """Write times are state: after a restore a row expires as it would
+        have, and a batch thrown away leaves no sweep behind."""
+        h = make_harness(pairs_join(JoinType.INNER, left_ttl_ms=1000))
+        h.set_processing_time(0)
+        h.process_element((1, "a"), INS, L)
+        version = h.commit()
+        h.set_processing_time(5000)
+        h.process_element((2, "b"), INS, L)
+        h.restore(version)
+        h.set_processing_time(900)
+        assert h.process_element((1, "x"), INS, R) == [(INS, (1, "a", 1, "x"))]
+        h.set_processing_time(1901)
+        assert h.process_element((1, "y"), INS, R) == []
