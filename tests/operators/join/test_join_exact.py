@@ -71,7 +71,7 @@ def lines_join(join_type: JoinType) -> StreamingJoin:
         left_unique_key=["line_order_id"],
         right_unique_key=["line_order_id"],
         condition=lambda left, right: True,
-        right_prefix="ship_",
+        right_prefix="r_",
     )
 
 
