@@ -1,0 +1,255 @@
+"""Flink's deduplication (seed 002): keep the first or the last row per key,
+by processing time (arrival order) or by an event-time column (row time),
+over an insert-only input or, keep-last on processing time, a changelog.
+
+State is one row per key (the kept row, or for keep-first on processing time
+only the key), plus, with state TTL, its expiry time and an expiry index. The
+emit rules are those of ``operators.dedup._rules``; this module keeps state,
+TTL and the mini-batch fold around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators._changelog import RowKind, row_kinds
+from operators._operator import Operator, OperatorContext
+from operators.dedup._columns import (
+    ExpiryIndex,
+    check_columns,
+    column_lists,
+    expiry_schema,
+    reject_changelog,
+    rows_of,
+)
+from operators.dedup._rules import (
+    CLEAR,
+    KEEP,
+    Emitted,
+    State,
+    first_on_proctime,
+    keeps_on_rowtime,
+    last_on_changelog,
+    last_on_proctime,
+    on_rowtime,
+)
+from operators.errors import InputError
+from statestore import ConsistencyMode, StateTable
+
+__all__ = ["Deduplicate"]
+
+Row = tuple[Any, ...]
+#: One arrival to decide: its key, its row, its kind.
+_Arrival = tuple[Row, Row, RowKind]
+
+_EXPIRES = "__expires_at"
+#: Counters (Spark's names where Spark has one).
+DROPPED = "numDroppedDuplicateRows"
+FOLDED = "numFoldedRows"
+
+
+class Deduplicate(Operator):
+    """``ROW_NUMBER() OVER (PARTITION BY key ORDER BY time) = 1`` (Flink).
+
+    ``keep`` is ``"first"`` or ``"last"``. ``order_by=None`` orders by
+    processing time (arrival order; give ``sequence_column`` to fix the order
+    of a changelog inside a batch); a column name orders by that event-time
+    column. ``generate_update_before`` and ``generate_insert`` are Flink's
+    flags; ``changelog=True`` accepts ``-U``/``-D`` input (keep-last on
+    processing time only). ``state_ttl_ms`` expires a key that many
+    milliseconds of processing time after its state was last written; an
+    expired key behaves as new. ``mini_batch`` folds each key's rows of a batch
+    first and touches state once per key; ``False`` goes record at a time.
+    Both materialise to the same table; docs/operators/dedup.md has the rules.
+    """
+
+    consistency = ConsistencyMode.UNCHECKED
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        key: Sequence[str],
+        keep: str = "last",
+        order_by: str | None = None,
+        generate_update_before: bool = False,
+        generate_insert: bool = True,
+        changelog: bool = False,
+        state_ttl_ms: int | None = None,
+        mini_batch: bool = True,
+        sequence_column: str | None = None,
+        name: str = "deduplicate",
+    ) -> None:
+        check_columns(schema, key, "key")
+        if keep not in ("first", "last"):
+            raise ValueError(f"keep is 'first' or 'last', got {keep!r}")
+        if order_by is not None:
+            check_columns(schema, [order_by], "order_by")
+        if changelog and (keep == "first" or order_by is not None):
+            raise ValueError(
+                "a changelog input is deduplicated keeping the last row on processing time "
+                "only (Flink's processLastRowOnChangelog); use keep='last' and order_by=None"
+            )
+        if state_ttl_ms is not None and state_ttl_ms <= 0:
+            raise ValueError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
+        self.name = name
+        self.key = list(key)
+        self.keep_last = keep == "last"
+        self.order_by = order_by
+        self.update_before = generate_update_before
+        self.insert = generate_insert
+        self.changelog = changelog
+        self.ttl = state_ttl_ms
+        self.mini_batch = mini_batch
+        self.sequence_column = sequence_column
+        self.inputs = [schema]
+        self.output = schema
+        self._key_index = [schema.names.index(k) for k in key]
+        self._time_index = None if order_by is None else schema.names.index(order_by)
+        # Keep-first on processing time only needs to know that a key was seen.
+        self._marker_only = not self.keep_last and order_by is None
+        # Keep-last on processing time without either flag needs no state at all.
+        self._stateless = (self.keep_last and order_by is None and not changelog) and not (
+            generate_update_before or generate_insert
+        )
+        key_fields = [schema.field(k) for k in key]
+        stored = key_fields if self._marker_only else list(schema)
+        if self.ttl is not None:
+            stored = [*stored, pa.field(_EXPIRES, pa.int64(), nullable=False)]
+        tables = [TableSchema(1, stored, key, name="rows")]
+        if self.ttl is not None:
+            tables.append(expiry_schema(2, key_fields, "expiry"))
+        self.tables = [] if self._stateless else tables
+
+    # -- the batch ----------------------------------------------------------------------
+
+    def open(self, ctx: OperatorContext) -> None:
+        """With state TTL: delete every key expired by now, through the expiry
+        index (the cost is the number of expired keys)."""
+        if self.ttl is not None and not self._stateless:
+            ExpiryIndex(ctx.table("expiry")).expire(ctx.processing_time, ctx.table("rows"))
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Check the input (before any state is touched), then decide each
+        key's arrivals: folded per key (mini-batch) or one by one."""
+        if not self.changelog:
+            reject_changelog(batch, self.name, "keeps rows by insert order or row time")
+        if self.order_by is not None and batch.column(self.order_by).null_count:
+            raise InputError(
+                f"operator {self.name!r}: order_by column {self.order_by!r} holds nulls; "
+                "every row needs a row time"
+            )
+        kinds = row_kinds(batch) if self.changelog else [RowKind.INSERT] * batch.num_rows
+        rows = rows_of(column_lists(batch, self.inputs[0].names), batch.num_rows)
+        keys = [tuple(r[i] for i in self._key_index) for r in rows]
+        arrivals = list(zip(keys, rows, kinds, strict=True))
+        if self._stateless:
+            self._emit_stateless(ctx, arrivals)
+        elif self.mini_batch:
+            folded = self._fold(arrivals)
+            ctx.count(FOLDED, len(arrivals) - len(folded))
+            self._decide(ctx, folded, many=True)
+        else:
+            self._decide(ctx, arrivals, many=False)
+
+    def _emit_stateless(self, ctx: OperatorContext, arrivals: list[_Arrival]) -> None:
+        """Keep-last without either flag: every row is ``+U``, no state."""
+        if self.mini_batch:
+            folded = self._fold(arrivals)
+            ctx.count(FOLDED, len(arrivals) - len(folded))
+            arrivals = folded
+        for _, row, _ in arrivals:
+            ctx.emit(row, RowKind.UPDATE_AFTER)
+
+    def _fold(self, arrivals: list[_Arrival]) -> list[_Arrival]:
+        """Each key's one arrival that reaches state: keep-first its first row,
+        keep-last its last, on row time the row the rule keeps over the
+        batch's others. Keys stay in order of first arrival."""
+        best: dict[Row, _Arrival] = {}
+        if self._time_index is not None:
+            t = self._time_index
+            for arrival in arrivals:
+                kept = best.get(arrival[0])
+                if kept is None or keeps_on_rowtime(kept[1][t], arrival[1][t], self.keep_last):
+                    best[arrival[0]] = arrival
+        elif self.keep_last:
+            for arrival in arrivals:
+                best[arrival[0]] = arrival
+        else:
+            for arrival in arrivals:
+                best.setdefault(arrival[0], arrival)
+        return list(best.values())
+
+    def _decide(self, ctx: OperatorContext, arrivals: Iterable[_Arrival], many: bool) -> None:
+        table = ctx.table("rows")
+        expiry = ExpiryIndex(ctx.table("expiry")) if self.ttl is not None else None
+        now = ctx.processing_time
+        arrivals = list(arrivals)
+        stored_rows: list[Row | None] | None = None
+        if many:
+            stored_rows = table.get_rows([a[0] for a in arrivals])
+        dropped = 0
+        for i, (key, row, kind) in enumerate(arrivals):
+            stored = stored_rows[i] if stored_rows is not None else table.get_row(key)
+            emitted, state = self._rule(self._visible(stored, now), row, kind)
+            if not emitted:
+                dropped += 1
+            for out_kind, out_row in emitted:
+                ctx.emit(out_row, out_kind)
+            self._write(table, expiry, key, stored, state, now)
+        ctx.count(DROPPED, dropped)
+
+    def _visible(self, stored: Row | None, now: int) -> Row | None:
+        """The kept row of a stored one: ``None`` if absent or expired."""
+        if stored is None or self.ttl is None:
+            return stored
+        if stored[-1] <= now:
+            return None
+        return stored[:-1]
+
+    def _rule(self, previous: Row | None, row: Row, kind: RowKind) -> tuple[Emitted, State]:
+        ttl = self.ttl is not None
+        if self._time_index is not None:
+            return on_rowtime(
+                previous, row, self._time_index, self.keep_last, self.update_before, self.insert
+            )
+        if self.changelog:
+            return last_on_changelog(previous, row, kind, self.update_before, ttl)
+        if self.keep_last:
+            return last_on_proctime(previous, row, self.update_before, self.insert, ttl)
+        return first_on_proctime(previous, row)
+
+    def _write(
+        self,
+        table: StateTable,
+        expiry: ExpiryIndex | None,
+        key: Row,
+        stored: Row | None,
+        state: State,
+        now: int,
+    ) -> None:
+        """Apply a rule's new state to the stored row of ``key``."""
+        if state is KEEP:
+            return
+        old_expiry = None if stored is None or expiry is None else stored[-1]
+        if state is CLEAR:
+            if stored is not None:
+                table.delete(stored)
+                if expiry is not None:
+                    expiry.move(key, old_expiry, None)
+            return
+        assert isinstance(state, tuple)
+        value = key if self._marker_only else state
+        new_expiry = None
+        if self.ttl is not None:
+            new_expiry = now + self.ttl
+            value = (*value, new_expiry)
+        if stored is None:
+            table.insert(value)
+        elif stored != value:
+            table.update(stored, value)
+        if expiry is not None:
+            expiry.move(key, old_expiry, new_expiry)
