@@ -10,7 +10,7 @@ TTL and the mini-batch fold around them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -149,25 +149,28 @@ class Deduplicate(Operator):
         if self._stateless:
             self._emit_stateless(ctx, arrivals)
         elif self.mini_batch:
-            folded = self._fold(arrivals)
-            ctx.count(FOLDED, len(arrivals) - len(folded))
-            self._decide(ctx, folded, many=True)
+            groups = self._fold(arrivals)
+            ctx.count(FOLDED, len(arrivals) - sum(len(g) for g in groups))
+            self._decide(ctx, groups)
         else:
-            self._decide(ctx, arrivals, many=False)
+            self._decide(ctx, [[a] for a in arrivals])
 
     def _emit_stateless(self, ctx: OperatorContext, arrivals: list[_Arrival]) -> None:
         """Keep-last without either flag: every row is ``+U``, no state."""
         if self.mini_batch:
-            folded = self._fold(arrivals)
+            folded = [group[-1] for group in self._fold(arrivals)]
             ctx.count(FOLDED, len(arrivals) - len(folded))
             arrivals = folded
         for _, row, _ in arrivals:
             ctx.emit(row, RowKind.UPDATE_AFTER)
 
-    def _fold(self, arrivals: list[_Arrival]) -> list[_Arrival]:
-        """Each key's one arrival that reaches state: keep-first its first row,
-        keep-last its last, on row time the row the rule keeps over the
-        batch's others. Keys stay in order of first arrival."""
+    def _fold(self, arrivals: list[_Arrival]) -> list[list[_Arrival]]:
+        """Each key's arrivals that reach state, in order: keep-first its first
+        row, keep-last its last, on row time the row the rule keeps over the
+        batch's others. On a changelog whose last row retracts, the last
+        accumulate before it goes too: record at a time that row is emitted and
+        then deleted, which also replaces a row downstream still holds from
+        state that has expired since. Keys stay in order of first arrival."""
         best: dict[Row, _Arrival] = {}
         if self._time_index is not None:
             t = self._time_index
@@ -181,25 +184,43 @@ class Deduplicate(Operator):
         else:
             for arrival in arrivals:
                 best.setdefault(arrival[0], arrival)
-        return list(best.values())
+        if not self.changelog:
+            return [[a] for a in best.values()]
+        accumulated: dict[Row, _Arrival] = {}
+        for arrival in arrivals:
+            if arrival[2].is_accumulate:
+                accumulated[arrival[0]] = arrival
+        return [
+            [accumulated[key], last] if last[2].is_retract and key in accumulated else [last]
+            for key, last in best.items()
+        ]
 
-    def _decide(self, ctx: OperatorContext, arrivals: Iterable[_Arrival], many: bool) -> None:
+    def _decide(self, ctx: OperatorContext, groups: Sequence[Sequence[_Arrival]]) -> None:
+        """Run each group of one key's arrivals against the key's stored row
+        (one multi-get for all keys in mini-batch mode, a read per row
+        otherwise) and write the key once."""
         table = ctx.table("rows")
         expiry = ExpiryIndex(ctx.table("expiry")) if self.ttl is not None else None
         now = ctx.processing_time
-        arrivals = list(arrivals)
         stored_rows: list[Row | None] | None = None
-        if many:
-            stored_rows = table.get_rows([a[0] for a in arrivals])
+        if self.mini_batch:
+            stored_rows = table.get_rows([g[0][0] for g in groups])
         dropped = 0
-        for i, (key, row, kind) in enumerate(arrivals):
+        for i, group in enumerate(groups):
+            key = group[0][0]
             stored = stored_rows[i] if stored_rows is not None else table.get_row(key)
-            emitted, state = self._rule(self._visible(stored, now), row, kind)
-            if not emitted:
-                dropped += 1
-            for out_kind, out_row in emitted:
-                ctx.emit(out_row, out_kind)
-            self._write(table, expiry, key, stored, state, now)
+            visible = self._visible(stored, now)
+            final: State = KEEP
+            for _, row, kind in group:
+                emitted, state = self._rule(visible, row, kind)
+                if not emitted:
+                    dropped += 1
+                for out_kind, out_row in emitted:
+                    ctx.emit(out_row, out_kind)
+                if state is not KEEP:
+                    final = state
+                    visible = None if state is CLEAR else state  # type: ignore[assignment]
+            self._write(table, expiry, key, stored, final, now)
         ctx.count(DROPPED, dropped)
 
     def _visible(self, stored: Row | None, now: int) -> Row | None:
