@@ -13,7 +13,7 @@ from operators import InputError, RowKind
 from operators.dedup import Deduplicate
 from operators.testing import OperatorHarness
 
-I, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
+INS, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 TIMED = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("t", pa.int64())])
 
@@ -44,8 +44,8 @@ class TestIssueCases:
         op = Deduplicate(KV, ["k"], state_ttl_ms=60_000, mini_batch=mini_batch)
         with harness(op, backend) as h:
             assert feed(h, [(1, 12), (2, 11), (1, 13)]) == [
-                (I, (1, 12)),
-                (I, (2, 11)),
+                (INS, (1, 12)),
+                (INS, (2, 11)),
                 (UA, (1, 13)),
             ]
 
@@ -70,8 +70,8 @@ class TestIssueCases:
         )
         with harness(op, backend) as h:
             assert feed(h, [(1, 12), (2, 11), (1, 12)]) == [
-                (I, (1, 12)),
-                (I, (2, 11)),
+                (INS, (1, 12)),
+                (INS, (2, 11)),
                 (UB, (1, 12)),
                 (UA, (1, 12)),
             ]
@@ -86,7 +86,7 @@ class TestProcTime:
         counting them."""
         with harness(Deduplicate(KV, ["k"], keep="first"), backend) as h:
             out = feed(h, [(1, 12), (2, 11), (1, 13), (2, 11)])
-            assert out == [(I, (1, 12)), (I, (2, 11))]
+            assert out == [(INS, (1, 12)), (INS, (2, 11))]
             h.commit()
             assert h.last_metrics["numDroppedDuplicateRows"] == 2
             assert h.last_metrics["numTotalStateRows"] == 2
@@ -103,7 +103,7 @@ class TestProcTime:
         a changed one emits -U old, +U new."""
         op = Deduplicate(KV, ["k"], generate_update_before=True)
         with harness(op, backend) as h:
-            assert feed(h, [(1, 12), (2, 11), (1, 12)]) == [(I, (1, 12)), (I, (2, 11))]
+            assert feed(h, [(1, 12), (2, 11), (1, 12)]) == [(INS, (1, 12)), (INS, (2, 11))]
             assert feed(h, [(1, 13)]) == [(UB, (1, 12)), (UA, (1, 13))]
 
     def test_update_before_only_still_inserts_first(self, backend: str) -> None:
@@ -111,7 +111,7 @@ class TestProcTime:
         (either flag needs state)."""
         op = Deduplicate(KV, ["k"], generate_update_before=True, generate_insert=False)
         with harness(op, backend) as h:
-            assert feed(h, [(1, 12), (1, 13)]) == [(I, (1, 12)), (UB, (1, 12)), (UA, (1, 13))]
+            assert feed(h, [(1, 12), (1, 13)]) == [(INS, (1, 12)), (UB, (1, 12)), (UA, (1, 13))]
 
     def test_both_flags_off_keeps_no_state(self, backend: str) -> None:
         """Keep-last with both flags off declares no table at all."""
@@ -124,7 +124,7 @@ class TestProcTime:
         with harness(Deduplicate(KV, ["k"], keep=keep), backend) as h:
             feed(h, [(1, 12)])
             with pytest.raises(InputError, match="insert-only"):
-                h.process_rows([(2, 1), (1, 12)], [I, D])
+                h.process_rows([(2, 1), (1, 12)], [INS, D])
             assert list(h.table("rows").scan()) == ([(1,)] if keep == "first" else [(1, 12)])
 
 
@@ -138,16 +138,16 @@ class TestChangelog:
         """+I then +U are +I then -U/+U; a -D carrying only the key emits -D of
         the stored full row and clears the key."""
         with harness(self.op(generate_update_before=True), backend) as h:
-            out = h.process_rows([(1, 12), (1, 13), (1, None)], [I, UA, D])
-            assert out == [(I, (1, 12)), (UB, (1, 12)), (UA, (1, 13)), (D, (1, 13))]
+            out = h.process_rows([(1, 12), (1, 13), (1, None)], [INS, UA, D])
+            assert out == [(INS, (1, 12)), (UB, (1, 12)), (UA, (1, 13)), (D, (1, 13))]
             assert list(h.table("rows").scan()) == []
 
     def test_update_before_input_deletes(self, backend: str) -> None:
         """-U input is a delete too: -D of the stored row; a later +U of the
         key is then +I."""
         with harness(self.op(), backend) as h:
-            out = h.process_rows([(1, 12), (1, 12), (1, 14)], [I, UB, UA])
-            assert out == [(I, (1, 12)), (D, (1, 12)), (I, (1, 14))]
+            out = h.process_rows([(1, 12), (1, 12), (1, 14)], [INS, UB, UA])
+            assert out == [(INS, (1, 12)), (D, (1, 12)), (INS, (1, 14))]
 
     def test_retraction_of_unknown_key_emits_nothing(self, backend: str) -> None:
         """A retraction of a key with no state emits nothing."""
@@ -157,7 +157,7 @@ class TestChangelog:
     def test_stored_row_normalised_to_insert(self, backend: str) -> None:
         """A +U first row is emitted and stored as an insert."""
         with harness(self.op(), backend) as h:
-            assert h.process_rows([(1, 5)], [UA]) == [(I, (1, 5))]
+            assert h.process_rows([(1, 5)], [UA]) == [(INS, (1, 5))]
             assert list(h.table("rows").scan()) == [(1, 5)]
 
     @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ class TestChangelog:
         """An identical accumulate emits nothing with TTL off and -U/+U with
         TTL on."""
         with harness(self.op(generate_update_before=True, state_ttl_ms=ttl), backend) as h:
-            h.process_rows([(1, 5)], [I])
+            h.process_rows([(1, 5)], [INS])
             assert h.process_rows([(1, 5)], [UA]) == expected
 
 
@@ -181,7 +181,7 @@ class TestRowTime:
         an earlier one is dropped."""
         op = Deduplicate(TIMED, ["k"], order_by="t", generate_update_before=True)
         with harness(op, backend) as h:
-            assert feed(h, [(1, 1, 10)]) == [(I, (1, 1, 10))]
+            assert feed(h, [(1, 1, 10)]) == [(INS, (1, 1, 10))]
             assert feed(h, [(1, 2, 9)]) == []
             assert feed(h, [(1, 3, 10)]) == [(UB, (1, 1, 10)), (UA, (1, 3, 10))]
             assert feed(h, [(1, 4, 11)]) == [(UB, (1, 3, 10)), (UA, (1, 4, 11))]
@@ -190,7 +190,7 @@ class TestRowTime:
         """Keep-first: only a strictly earlier row replaces the stored one."""
         op = Deduplicate(TIMED, ["k"], keep="first", order_by="t")
         with harness(op, backend) as h:
-            assert feed(h, [(1, 1, 10)]) == [(I, (1, 1, 10))]
+            assert feed(h, [(1, 1, 10)]) == [(INS, (1, 1, 10))]
             assert feed(h, [(1, 2, 10), (1, 3, 11)]) == []
             assert feed(h, [(1, 4, 9)]) == [(UA, (1, 4, 9))]
 
@@ -206,9 +206,9 @@ class TestRowTime:
         on ties), keep-first the earliest (the earlier arrival on ties)."""
         rows = [(1, 1, 10), (1, 2, 12), (1, 3, 12), (1, 4, 8), (1, 5, 8)]
         with harness(Deduplicate(TIMED, ["k"], order_by="t"), backend) as h:
-            assert h.process_rows(rows) == [(I, (1, 3, 12))]
+            assert h.process_rows(rows) == [(INS, (1, 3, 12))]
         with harness(Deduplicate(TIMED, ["k"], keep="first", order_by="t"), backend) as h:
-            assert h.process_rows(rows) == [(I, (1, 4, 8))]
+            assert h.process_rows(rows) == [(INS, (1, 4, 8))]
 
     def test_null_row_time_is_refused(self, backend: str) -> None:
         """A row without a row time gets an InputError."""
@@ -227,11 +227,11 @@ class TestStateTtl:
         a first row again."""
         with harness(Deduplicate(KV, ["k"], keep="first", state_ttl_ms=100), backend) as h:
             h.set_processing_time(1_000)
-            assert feed(h, [(1, 1)]) == [(I, (1, 1))]
+            assert feed(h, [(1, 1)]) == [(INS, (1, 1))]
             h.set_processing_time(1_099)
             assert feed(h, [(1, 2)]) == []
             h.set_processing_time(1_100)
-            assert feed(h, [(1, 3)]) == [(I, (1, 3))]
+            assert feed(h, [(1, 3)]) == [(INS, (1, 3))]
 
     def test_write_refreshes_ttl(self, backend: str) -> None:
         """Keep-last rewrites the key on each row, which restarts its TTL."""
