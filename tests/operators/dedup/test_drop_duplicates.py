@@ -99,6 +99,20 @@ class TestDropDuplicates:
             out = run_batch(h, [row(1, 10, 1), row(1, 10, 2), row(1, 11, 3)], None)
             assert out == [row(1, 10, 1), row(1, 11, 3)]
 
+    def test_worked_example_of_the_docs(self, backend: str) -> None:
+        """docs/operators/dedup.md's DropDuplicates table: duplicates, a
+        duplicate of a key evicted at the end of its batch, a late row."""
+        op = DropDuplicates(EVENTS, ["k", "ts"], event_time="ts")
+        with OperatorHarness(op, backend=backend) as h:
+            assert run_batch(h, [row(1, 100), row(1, 100), row(2, 101)], None) == [
+                row(1, 100),
+                row(2, 101),
+            ]
+            assert run_batch(h, [row(3, 100), row(1, 100)], 100) == [row(3, 100)]
+            assert h.last_metrics["numTotalStateRows"] == 1
+            assert run_batch(h, [row(4, 100), row(5, 150)], 200) == [row(5, 150)]
+            assert h.last_metrics["numRowsDroppedByWatermark"] == 1
+
     def test_changelog_and_null_event_time_are_refused(self) -> None:
         """A retraction, or a row without an event time, is an InputError."""
         with (
