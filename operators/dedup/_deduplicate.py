@@ -142,56 +142,67 @@ class Deduplicate(Operator):
                 f"operator {self.name!r}: order_by column {self.order_by!r} holds nulls; "
                 "every row needs a row time"
             )
-        kinds = row_kinds(batch) if self.changelog else [RowKind.INSERT] * batch.num_rows
-        rows = rows_of(column_lists(batch, self.inputs[0].names), batch.num_rows)
-        keys = [tuple(r[i] for i in self._key_index) for r in rows]
-        arrivals = list(zip(keys, rows, kinds, strict=True))
+        n = batch.num_rows
+        kinds = row_kinds(batch) if self.changelog else [RowKind.INSERT] * n
+        keys = rows_of(column_lists(batch, self.key), n)
+        if not self.mini_batch:
+            rows = rows_of(column_lists(batch, self.inputs[0].names), n)
+            arrivals = [[a] for a in zip(keys, rows, kinds, strict=True)]
+            if self._stateless:
+                self._emit_stateless(ctx, arrivals)
+            else:
+                self._decide(ctx, arrivals)
+            return
+        times = None if self.order_by is None else batch.column(self.order_by).to_pylist()
+        folded = self._fold(keys, kinds, times)
+        # Only the rows that reach state become Python tuples.
+        needed = sorted({i for group in folded for i in group})
+        taken = batch.take(pa.array(needed, pa.int64()))
+        rows = rows_of(column_lists(taken, self.inputs[0].names), len(needed))
+        row_at = dict(zip(needed, rows, strict=True))
+        groups = [[(keys[i], row_at[i], kinds[i]) for i in group] for group in folded]
+        ctx.count(FOLDED, n - len(needed))
         if self._stateless:
-            self._emit_stateless(ctx, arrivals)
-        elif self.mini_batch:
-            groups = self._fold(arrivals)
-            ctx.count(FOLDED, len(arrivals) - sum(len(g) for g in groups))
+            self._emit_stateless(ctx, groups)
+        else:
             self._decide(ctx, groups)
-        else:
-            self._decide(ctx, [[a] for a in arrivals])
 
-    def _emit_stateless(self, ctx: OperatorContext, arrivals: list[_Arrival]) -> None:
+    def _emit_stateless(self, ctx: OperatorContext, groups: list[list[_Arrival]]) -> None:
         """Keep-last without either flag: every row is ``+U``, no state."""
-        if self.mini_batch:
-            folded = [group[-1] for group in self._fold(arrivals)]
-            ctx.count(FOLDED, len(arrivals) - len(folded))
-            arrivals = folded
-        for _, row, _ in arrivals:
-            ctx.emit(row, RowKind.UPDATE_AFTER)
+        for group in groups:
+            for _, row, _ in group:
+                ctx.emit(row, RowKind.UPDATE_AFTER)
 
-    def _fold(self, arrivals: list[_Arrival]) -> list[list[_Arrival]]:
-        """Each key's arrivals that reach state, in order: keep-first its first
-        row, keep-last its last, on row time the row the rule keeps over the
-        batch's others. On a changelog whose last row retracts, the last
-        accumulate before it goes too: record at a time that row is emitted and
-        then deleted, which also replaces a row downstream still holds from
-        state that has expired since. Keys stay in order of first arrival."""
-        best: dict[Row, _Arrival] = {}
-        if self._time_index is not None:
-            t = self._time_index
-            for arrival in arrivals:
-                kept = best.get(arrival[0])
-                if kept is None or keeps_on_rowtime(kept[1][t], arrival[1][t], self.keep_last):
-                    best[arrival[0]] = arrival
+    def _fold(
+        self, keys: list[Row], kinds: list[RowKind], times: list[Any] | None
+    ) -> list[list[int]]:
+        """The positions of each key's arrivals that reach state, in order:
+        keep-first its first row, keep-last its last, on row time the row the
+        rule keeps over the batch's others. On a changelog whose last row
+        retracts, the last accumulate before it goes too: record at a time
+        that row is emitted and then deleted, which also replaces a row
+        downstream still holds from state that has expired since. Keys stay in
+        order of first arrival."""
+        best: dict[Row, int] = {}
+        if times is not None:
+            for i, key in enumerate(keys):
+                kept = best.get(key)
+                if kept is None or keeps_on_rowtime(times[kept], times[i], self.keep_last):
+                    best[key] = i
         elif self.keep_last:
-            for arrival in arrivals:
-                best[arrival[0]] = arrival
+            for i, key in enumerate(keys):
+                best[key] = i
         else:
-            for arrival in arrivals:
-                best.setdefault(arrival[0], arrival)
+            for i, key in enumerate(keys):
+                best.setdefault(key, i)
         if not self.changelog:
-            return [[a] for a in best.values()]
-        accumulated: dict[Row, _Arrival] = {}
-        for arrival in arrivals:
-            if arrival[2].is_accumulate:
-                accumulated[arrival[0]] = arrival
+            return [[i] for i in best.values()]
+        accumulated: dict[Row, int] = {}
+        for i, key in enumerate(keys):
+            if kinds[i].is_accumulate:
+                accumulated[key] = i
         return [
-            [accumulated[key], last] if last[2].is_retract and key in accumulated else [last]
+            [accumulated[key], last] if kinds[last].is_retract and key in accumulated else [last]
             for key, last in best.items()
         ]
 

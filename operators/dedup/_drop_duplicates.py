@@ -71,13 +71,19 @@ class _FirstRowPerKey(Operator):
         self.inputs = [schema]
         self.output = schema
 
+    def key_fields(self) -> list[pa.Field]:
+        """The key columns as state holds them: the event time in microseconds."""
+        schema = self.inputs[0]
+        return [
+            pa.field(c, pa.int64(), nullable=False) if c == self.event_time else schema.field(c)
+            for c in self.columns
+        ]
+
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Late rows out, then one multi-get for the batch's distinct keys; the
-        first row of each key not stored is emitted and its key stored."""
+        first row of each key not stored is emitted and its key stored. Only
+        the key columns, and the rows emitted, become Python objects."""
         reject_changelog(batch, self.name, "is Spark's append-only deduplication")
-        n = batch.num_rows
-        rows = rows_of(column_lists(batch, self.inputs[0].names), n)
-        keys = rows_of(column_lists(batch, self.columns), n)
         times: list[int] | None = None
         if self.event_time is not None:
             times = event_micros(batch, self.event_time, self.name)
@@ -85,24 +91,29 @@ class _FirstRowPerKey(Operator):
             if late_mark is not None:
                 bound = late_mark * 1000
                 kept = [i for i, t in enumerate(times) if t > bound]
-                if len(kept) < n:
-                    ctx.count(LATE, n - len(kept))
-                    rows = [rows[i] for i in kept]
-                    keys = [keys[i] for i in kept]
+                if len(kept) < batch.num_rows:
+                    ctx.count(LATE, batch.num_rows - len(kept))
+                    batch = batch.take(pa.array(kept, pa.int64()))
                     times = [times[i] for i in kept]
+        columns = [
+            times if c == self.event_time else batch.column(c).to_pylist() for c in self.columns
+        ]
+        keys = rows_of(columns, batch.num_rows)  # type: ignore[arg-type]
         first: dict[Row, int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
-        state_keys = [self._state_key(key, times, i) for key, i in first.items()]
+        state_keys = [self._state_key(key) for key in first]
         stored = ctx.table("seen").get_rows(state_keys)
         new = [i for i, s in zip(first.values(), stored, strict=True) if s is None]
-        ctx.count(DROPPED, len(rows) - len(new))
-        if new:
-            self._store(ctx, [keys[i] for i in new], [times[i] for i in new] if times else None)
-            for i in new:
-                ctx.emit(rows[i])
+        ctx.count(DROPPED, batch.num_rows - len(new))
+        if not new:
+            return
+        self._store(ctx, [keys[i] for i in new], None if times is None else [times[i] for i in new])
+        out = batch.take(pa.array(new, pa.int64()))
+        for row in rows_of(column_lists(out, self.inputs[0].names), len(new)):
+            ctx.emit(row)
 
-    def _state_key(self, key: Row, times: list[int] | None, i: int) -> Row:
+    def _state_key(self, key: Row) -> Row:
         return key
 
     def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
@@ -126,25 +137,25 @@ class DropDuplicates(_FirstRowPerKey):
     ) -> None:
         super().__init__(schema, columns, event_time, name)
         self.evicts = event_time is not None and event_time in columns
-        fields = [schema.field(c) for c in columns]
+        fields = self.key_fields()
         if self.evicts:
             # The event time (in microseconds) leads the key: eviction is a
             # range delete of the keys below the watermark.
             others = [f for f in fields if f.name != event_time]
             fields = [pa.field(_EVENT_US, pa.int64(), nullable=False), *others]
+            self._time_at = list(columns).index(str(event_time))
             self._others = [i for i, c in enumerate(columns) if c != event_time]
         self.tables = [TableSchema(1, fields, [f.name for f in fields], name="seen")]
 
-    def _state_key(self, key: Row, times: list[int] | None, i: int) -> Row:
+    def _state_key(self, key: Row) -> Row:
         if not self.evicts:
             return key
-        assert times is not None
-        return (times[i], *(key[j] for j in self._others))
+        return (key[self._time_at], *(key[j] for j in self._others))
 
     def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
         table = ctx.table("seen")
-        for i, key in enumerate(keys):
-            table.insert(self._state_key(key, times, i))
+        for key in keys:
+            table.insert(self._state_key(key))
 
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key whose event time is ``<=`` the watermark."""
@@ -170,7 +181,7 @@ class DropDuplicatesWithinWatermark(_FirstRowPerKey):
         if delay_ms < 0:
             raise ValueError(f"delay_ms is a number of milliseconds >= 0, got {delay_ms}")
         self.delay_us = delay_ms * 1000
-        fields = [schema.field(c) for c in columns]
+        fields = self.key_fields()
         seen = [*fields, pa.field("expires_at", pa.int64(), nullable=False)]
         self.tables = [
             TableSchema(1, seen, list(columns), name="seen"),
