@@ -73,11 +73,7 @@ def last_on_proctime(
     downstream state is not evicted too early)."""
     if not (update_before or insert):
         return [(_AFTER, row)], KEEP
-    if previous is None:
-        return [(_INSERT, row)], row
-    if not ttl and previous == row:
-        return [], KEEP
-    return _update(previous, row, update_before), row
+    return _accumulate(previous, row, update_before, ttl)
 
 
 def last_on_changelog(
@@ -95,11 +91,7 @@ def last_on_changelog(
         if previous is None:
             return [], KEEP
         return [(_DELETE, previous)], CLEAR
-    if previous is None:
-        return [(_INSERT, row)], row
-    if not ttl and previous == row:
-        return [], KEEP
-    return _update(previous, row, update_before), row
+    return _accumulate(previous, row, update_before, ttl)
 
 
 def keeps_on_rowtime(previous_time: Any, time: Any, keep_last: bool) -> bool:
@@ -129,6 +121,18 @@ def on_rowtime(
         return [(_AFTER, row)], row
     if previous is None:
         return [(_INSERT, row)], row
+    return _update(previous, row, update_before), row
+
+
+def _accumulate(
+    previous: Row | None, row: Row, update_before: bool, ttl: bool
+) -> tuple[Emitted, State]:
+    """A row that is kept on processing time: ``+I`` if first, nothing if
+    identical to the stored one while TTL is off, else an update."""
+    if previous is None:
+        return [(_INSERT, row)], row
+    if not ttl and previous == row:
+        return [], KEEP
     return _update(previous, row, update_before), row
 
 
