@@ -227,7 +227,7 @@ def _profile(query: RelstateQuery) -> str:
 
 def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
     """Time each comparison's two sides on the same files, in one session."""
-    rows, keys, n = (8_000, 4_000, 3) if quick else (200_000, 100_000, 5)
+    rows, keys, n = (4_000, 2_000, 2) if quick else (200_000, 100_000, 5)
     delay_ms = (keys // n) * _STEP_MS * 3 // 2
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     progress("starting Spark")
