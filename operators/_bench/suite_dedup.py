@@ -19,6 +19,7 @@ Spark runs without no-data batches so that both sides run the same batches
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -212,6 +213,18 @@ def _operators(tz: str, delay_ms: int) -> dict[str, Any]:
     }
 
 
+def _batch_ms(query: Any) -> str:
+    """The mean wall time of a query's batches, and of the batch body (for
+    relstate's ``foreachBatch`` query, the whole runner's batch), from Spark's
+    progress reports."""
+    reports = [json.loads(p.json)["durationMs"] for p in query.recentProgress]
+    if not reports:
+        return "no batches"
+    total = sum(r.get("triggerExecution", 0) for r in reports) / len(reports)
+    body = sum(r.get("addBatch", 0) for r in reports) / len(reports)
+    return f"{total:.0f} ms per batch ({body:.0f} ms in addBatch)"
+
+
 def _profile(query: RelstateQuery) -> str:
     """Where relstate's time went, summed over batches and partitions."""
     totals: dict[str, int] = {}
@@ -255,13 +268,15 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
             ),
         ):
             progress(f"{label}: Spark")
-            spark_s, _ = sides.spark_dedup(within)
+            spark_s, native = sides.spark_dedup(within)
             progress(f"{label}: relstate")
             ours_s, query = sides.relstate(_operators(sides.tz, delay_ms)[key])
             comparisons.append(Comparison(label, rows, ours_s, spark_s, name, goal=3.0))
             readings.append((f"relstate {label}", _profile(query)))
+            readings.append((f"batches, relstate {label}", _batch_ms(query)))
+            readings.append((f"batches, {name}", _batch_ms(native)))
         progress("keep-first: transformWithStateInPandas on RocksDB")
-        spark_s, _ = sides.spark_keep_first()
+        spark_s, native = sides.spark_keep_first()
         progress("keep-first: relstate")
         ours_s, query = sides.relstate(_operators(sides.tz, delay_ms)["first"])
         comparisons.append(
@@ -275,6 +290,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
             )
         )
         readings.append(("relstate keep-first", _profile(query)))
+        readings.append(("batches, relstate keep-first", _batch_ms(query)))
+        readings.append(("batches, transformWithStateInPandas keep-first", _batch_ms(native)))
     finally:
         spark.stop()
     description = (

@@ -199,37 +199,38 @@ def spark_watermarks(batches: list[list[tuple[Any, ...]]], delay: int) -> list[i
     return marks
 
 
-@pytest.mark.parametrize("seed", range(150))
-def test_random_inputs_match_spark_model(seed: int) -> None:
-    """On random batches with duplicates and late rows, each batch's output of
-    all three configurations equals the model of Spark's operators."""
-    rng = random.Random(seed)
-    delay = rng.choice([0, 20, 50])
-    batches, clock = [], 0
-    for _ in range(rng.randint(1, 6)):
-        clock += rng.randint(0, 60)
-        batches.append(
-            [
-                row(rng.randint(0, 5), max(0, clock + rng.randint(-80, 30)), rng.randint(0, 9))
-                for _ in range(rng.randint(0, 10))
-            ]
-        )
-    marks = spark_watermarks(batches, delay)
-    configs: list[tuple[Any, list[int], str, int]] = [
-        (DropDuplicates(EVENTS, ["k"], event_time="ts"), [0], "none", 0),
-        (DropDuplicates(EVENTS, ["k", "ts"], event_time="ts"), [0, 1], "time", 0),
-        (
-            DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=delay),
-            [0],
-            "expiry",
-            delay * 1000,
-        ),
-    ]
-    for op, columns, evict, delay_us in configs:
-        expected = spark_model(batches, marks, columns, evict, delay_us)
-        with OperatorHarness(op, consistency="strict") as h:
-            got = [
-                run_batch(h, rows, None if m is None else m - BASE_MS)
-                for rows, m in zip(batches, marks, strict=True)
-            ]
-        assert got == expected, op.name
+class TestAgainstSparkModel:
+    @pytest.mark.parametrize("seed", range(150))
+    def test_random_inputs_match_spark_model(self, seed: int) -> None:
+        """On random batches with duplicates and late rows, each batch's output of
+        all three configurations equals the model of Spark's operators."""
+        rng = random.Random(seed)
+        delay = rng.choice([0, 20, 50])
+        batches, clock = [], 0
+        for _ in range(rng.randint(1, 6)):
+            clock += rng.randint(0, 60)
+            batches.append(
+                [
+                    row(rng.randint(0, 5), max(0, clock + rng.randint(-80, 30)), rng.randint(0, 9))
+                    for _ in range(rng.randint(0, 10))
+                ]
+            )
+        marks = spark_watermarks(batches, delay)
+        configs: list[tuple[Any, list[int], str, int]] = [
+            (DropDuplicates(EVENTS, ["k"], event_time="ts"), [0], "none", 0),
+            (DropDuplicates(EVENTS, ["k", "ts"], event_time="ts"), [0, 1], "time", 0),
+            (
+                DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=delay),
+                [0],
+                "expiry",
+                delay * 1000,
+            ),
+        ]
+        for op, columns, evict, delay_us in configs:
+            expected = spark_model(batches, marks, columns, evict, delay_us)
+            with OperatorHarness(op, consistency="strict") as h:
+                got = [
+                    run_batch(h, rows, None if m is None else m - BASE_MS)
+                    for rows, m in zip(batches, marks, strict=True)
+                ]
+            assert got == expected, op.name

@@ -156,19 +156,20 @@ def spark_counters(query: Any) -> tuple[int, int]:
     return late, duplicates
 
 
-@pytest.mark.parametrize("within", [False, True], ids=["dropDuplicates", "withinWatermark"])
-def test_same_rows_per_batch_as_spark(spark: Any, tmp_path: Path, within: bool) -> None:
-    """Every batch outputs the same rows as Spark's native operator, and the
-    rows dropped as late and as duplicates add up to Spark's counts."""
-    batches = random_batches(seed=11 if within else 7)
-    source = tmp_path / "source"
-    write_batches(source, batches, prefix="events")
-    expected, spark_query = run_spark(spark, source, tmp_path / "spark", within)
-    got, query = run_relstate(spark, source, tmp_path / "relstate", within)
-    assert len(expected) == len(batches)
-    assert got == expected
-    late, duplicates = spark_counters(spark_query)
-    ours = [b["metrics"] for b in query.history]
-    assert sum(m.get("numRowsDroppedByWatermark", 0) for m in ours) == late
-    assert sum(m.get("numDroppedDuplicateRows", 0) for m in ours) == duplicates
-    assert late > 0 and duplicates > 0, "the input must have late rows and duplicates"
+class TestAgainstSpark:
+    @pytest.mark.parametrize("within", [False, True], ids=["dropDuplicates", "withinWatermark"])
+    def test_same_rows_per_batch_as_spark(self, spark: Any, tmp_path: Path, within: bool) -> None:
+        """Every batch outputs the same rows as Spark's native operator, and the
+        rows dropped as late and as duplicates add up to Spark's counts."""
+        batches = random_batches(seed=11 if within else 7)
+        source = tmp_path / "source"
+        write_batches(source, batches, prefix="events")
+        expected, spark_query = run_spark(spark, source, tmp_path / "spark", within)
+        got, query = run_relstate(spark, source, tmp_path / "relstate", within)
+        assert len(expected) == len(batches)
+        assert got == expected
+        late, duplicates = spark_counters(spark_query)
+        ours = [b["metrics"] for b in query.history]
+        assert sum(m.get("numRowsDroppedByWatermark", 0) for m in ours) == late
+        assert sum(m.get("numDroppedDuplicateRows", 0) for m in ours) == duplicates
+        assert late > 0 and duplicates > 0, "the input must have late rows and duplicates"

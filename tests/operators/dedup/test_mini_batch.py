@@ -61,32 +61,33 @@ def random_batches(
     return batches
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_mini_batch_materialises_like_record_at_a_time(seed: int) -> None:
-    """Folded per key per batch, the output materialises to the table that
-    record-at-a-time output does, after every batch, with the same state."""
-    rng = random.Random(seed)
-    config = random_config(rng)
-    batches = random_batches(rng, config["changelog"])
-    record = OperatorHarness(
-        Deduplicate(SCHEMA, ["k"], mini_batch=False, **config), consistency="strict"
-    )
-    folded = OperatorHarness(
-        Deduplicate(SCHEMA, ["k"], mini_batch=True, **config), consistency="strict"
-    )
-    by_record: dict[Any, tuple[Any, ...]] = {}
-    by_batch: dict[Any, tuple[Any, ...]] = {}
-    with record, folded:
-        for now, rows, kinds in batches:
-            record.set_processing_time(now)
-            folded.set_processing_time(now)
-            emitted: list[Emitted] = []
-            for row, kind in zip(rows, kinds, strict=True):
-                emitted += record.process_element(row, kind)
-            materialise(by_record, emitted)
-            materialise(by_batch, folded.process_rows(rows, kinds))
-            record.commit()
-            folded.commit()
-            assert by_batch == by_record, config
-            for name in record.tables:
-                assert list(folded.table(name).scan()) == list(record.table(name).scan())
+class TestMiniBatch:
+    @pytest.mark.parametrize("seed", range(300))
+    def test_mini_batch_materialises_like_record_at_a_time(self, seed: int) -> None:
+        """Folded per key per batch, the output materialises to the table that
+        record-at-a-time output does, after every batch, with the same state."""
+        rng = random.Random(seed)
+        config = random_config(rng)
+        batches = random_batches(rng, config["changelog"])
+        record = OperatorHarness(
+            Deduplicate(SCHEMA, ["k"], mini_batch=False, **config), consistency="strict"
+        )
+        folded = OperatorHarness(
+            Deduplicate(SCHEMA, ["k"], mini_batch=True, **config), consistency="strict"
+        )
+        by_record: dict[Any, tuple[Any, ...]] = {}
+        by_batch: dict[Any, tuple[Any, ...]] = {}
+        with record, folded:
+            for now, rows, kinds in batches:
+                record.set_processing_time(now)
+                folded.set_processing_time(now)
+                emitted: list[Emitted] = []
+                for row, kind in zip(rows, kinds, strict=True):
+                    emitted += record.process_element(row, kind)
+                materialise(by_record, emitted)
+                materialise(by_batch, folded.process_rows(rows, kinds))
+                record.commit()
+                folded.commit()
+                assert by_batch == by_record, config
+                for name in record.tables:
+                    assert list(folded.table(name).scan()) == list(record.table(name).scan())
