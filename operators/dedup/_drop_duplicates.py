@@ -67,6 +67,8 @@ class _FirstRowPerKey(Operator):
                 )
         self.name = name
         self.columns = list(columns)
+        #: Where each column of the state key comes from among ``columns``.
+        self.state_order = list(range(len(columns)))
         self.event_time = event_time
         self.inputs = [schema]
         self.output = schema
@@ -98,12 +100,12 @@ class _FirstRowPerKey(Operator):
         columns = [
             times if c == self.event_time else batch.column(c).to_pylist() for c in self.columns
         ]
-        keys = rows_of(columns, batch.num_rows)  # type: ignore[arg-type]
+        # Keys in the order state keeps them (a permutation of the columns).
+        keys = rows_of([columns[i] for i in self.state_order], batch.num_rows)  # type: ignore[misc]
         first: dict[Row, int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
-        state_keys = [self._state_key(key) for key in first]
-        stored = ctx.table("seen").get_rows(state_keys)
+        stored = ctx.table("seen").get_rows(list(first))
         new = [i for i, s in zip(first.values(), stored, strict=True) if s is None]
         ctx.count(DROPPED, batch.num_rows - len(new))
         if not new:
@@ -113,10 +115,8 @@ class _FirstRowPerKey(Operator):
         for row in rows_of(column_lists(out, self.inputs[0].names), len(new)):
             ctx.emit(row)
 
-    def _state_key(self, key: Row) -> Row:
-        return key
-
     def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
+        """Store the new keys (in state key order) with their event times."""
         raise NotImplementedError
 
 
@@ -143,19 +143,14 @@ class DropDuplicates(_FirstRowPerKey):
             # range delete of the keys below the watermark.
             others = [f for f in fields if f.name != event_time]
             fields = [pa.field(_EVENT_US, pa.int64(), nullable=False), *others]
-            self._time_at = list(columns).index(str(event_time))
-            self._others = [i for i, c in enumerate(columns) if c != event_time]
+            at = list(columns).index(str(event_time))
+            self.state_order = [at, *(i for i in range(len(columns)) if i != at)]
         self.tables = [TableSchema(1, fields, [f.name for f in fields], name="seen")]
-
-    def _state_key(self, key: Row) -> Row:
-        if not self.evicts:
-            return key
-        return (key[self._time_at], *(key[j] for j in self._others))
 
     def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
         table = ctx.table("seen")
         for key in keys:
-            table.insert(self._state_key(key))
+            table.insert(key)
 
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key whose event time is ``<=`` the watermark."""
