@@ -51,6 +51,9 @@ class OperatorContext(abc.ABC):
     #: The event-time watermark in force for this batch (``None`` before the
     #: first watermark), in milliseconds since the epoch.
     watermark: int | None
+    #: The watermark of the batch before (``None`` before the first): Spark's
+    #: watermark for late rows, while ``watermark`` is the one for eviction.
+    previous_watermark: int | None
     #: The batch's processing time, milliseconds since the epoch.
     processing_time: int
     #: Counters the operator adds to; summed over partitions per batch.

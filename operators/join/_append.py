@@ -1,0 +1,261 @@
+"""``AppendJoin``: Spark's stream-stream join (append mode) over state tables.
+
+Two append-only inputs with event times, an equi-join plus a time range or
+equal windows. Per micro-batch, as Spark's StreamingSymmetricHashJoinExec
+does (docs/operators/join-append.md):
+
+1. A row at or below the previous batch's watermark is late: dropped.
+2. Any other row joins the other side's stored rows (key, time range, extra
+   condition) and is stored with a matched flag; the flag of each stored row
+   it meets is set.
+3. At the end of the batch each side's rows at or below its state watermark
+   (from this batch's watermark and the time condition) are evicted; on an
+   outer side an evicted row that never matched comes out null-padded.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from operators._changelog import RowKind, row_kinds
+from operators._operator import Operator, OperatorContext
+from operators.errors import InputError
+from operators.join._append_state import SIDE_NAMES, SideState, side_state
+from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
+from statestore import ConsistencyMode, StateTable
+
+__all__ = ["AppendJoin", "JoinCondition"]
+
+#: An extra join condition over a (left row, right row) pair of input tuples.
+JoinCondition = Callable[[tuple[Any, ...], tuple[Any, ...]], bool]
+
+_JOIN_TYPES = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}
+
+
+def _join_type(join_type: object) -> str:
+    """``inner``/``left``/``right``/``full`` from a string or an enum whose
+    value is one (``left_outer``, ``full_outer`` and ``outer`` also do)."""
+    text = str(getattr(join_type, "value", join_type)).lower().replace("_", "")
+    text = {"outer": "full", "fullouter": "full"}.get(text, text.removesuffix("outer"))
+    if text not in _JOIN_TYPES:
+        raise InputError(f"join type must be 'inner', 'left', 'right' or 'full'; got {join_type!r}")
+    return text
+
+
+class AppendJoin(Operator):
+    """An append-mode stream-stream join: a drop-in for Spark's native one.
+
+    ``left`` and ``right`` are the input schemas (side 0 and 1); they join on
+    ``left_keys`` = ``right_keys`` (pairwise, equal types) and on ``time``:
+    a :class:`TimeRange` over the event-time columns ``left_time`` and
+    ``right_time``, or :class:`TimeWindows`. ``condition`` is an optional
+    extra predicate over (left row, right row) tuples. Output rows are the
+    left columns then the right ones, renamed with ``left_prefix`` /
+    ``right_prefix``; a padded side's columns are nullable.
+    """
+
+    consistency = ConsistencyMode.UNCHECKED
+
+    def __init__(
+        self,
+        left: pa.Schema,
+        right: pa.Schema,
+        left_keys: Sequence[str],
+        right_keys: Sequence[str],
+        left_time: str,
+        right_time: str,
+        time: TimeRange | TimeWindows,
+        join_type: object = "inner",
+        condition: JoinCondition | None = None,
+        left_prefix: str = "",
+        right_prefix: str = "",
+        name: str = "append_join",
+    ) -> None:
+        self.name = name
+        self.join_type = _join_type(join_type)
+        self.outer_sides: tuple[int, ...] = _JOIN_TYPES[self.join_type]
+        self.time = time
+        self.condition = condition
+        self.inputs = [left, right]
+        keys = (list(left_keys), list(right_keys))
+        if not keys[0] or len(keys[0]) != len(keys[1]):
+            raise InputError(
+                "an equi-join needs one or more key columns per side, as many on each; got "
+                f"left_keys={keys[0]} and right_keys={keys[1]}"
+            )
+        for side, (schema, names, column) in enumerate(
+            zip(self.inputs, keys, (left_time, right_time), strict=True)
+        ):
+            missing = [n for n in (*names, column) if n not in schema.names]
+            if missing:
+                raise InputError(
+                    f"the {SIDE_NAMES[side]} input has no column(s) {missing}; its columns "
+                    f"are {schema.names}"
+                )
+        for a, b in zip(*keys, strict=True):
+            if left.field(a).type != right.field(b).type:
+                raise InputError(
+                    f"join keys {a!r} ({left.field(a).type}) and {b!r} ({right.field(b).type}) "
+                    "have different types; cast one of them"
+                )
+        self.time_columns = (left_time, right_time)
+        self.sides = (side_state(0, left, keys[0]), side_state(1, right, keys[1]))
+        self.tables = [t for s in self.sides for t in (s.rows, s.index)]
+        self.output = self._output_schema(left_prefix, right_prefix)
+        # The next free seq of each batch run in progress (by context): seqs
+        # only tell apart rows of one key and time in one partition's state.
+        self._next_seq: dict[int, int] = {}
+
+    def _output_schema(self, left_prefix: str, right_prefix: str) -> pa.Schema:
+        fields: list[pa.Field] = []
+        for side, prefix in ((0, left_prefix), (1, right_prefix)):
+            padded = (1 - side) in self.outer_sides
+            for f in self.inputs[side]:
+                out = f.with_name(prefix + f.name)
+                fields.append(out.with_nullable(True) if padded else out)
+        names = [f.name for f in fields]
+        clashes = sorted({n for n in names if names.count(n) > 1})
+        if clashes:
+            raise InputError(
+                f"output column(s) {clashes} come from both inputs; give left_prefix or "
+                "right_prefix (for example 'l_' and 'r_') so that every output name is unique"
+            )
+        return pa.schema(fields)
+
+    # -- the batch ---------------------------------------------------------------------
+
+    def open(self, ctx: OperatorContext) -> None:
+        self._next_seq[id(ctx)] = ctx.batch_id << 32
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Drop late rows, join the rest with the other side's state, store
+        them (step 1 and 2 of the module docstring)."""
+        name = SIDE_NAMES[side]
+        retractions = sorted({k.value for k in row_kinds(batch)} - {RowKind.INSERT.value})
+        if retractions:
+            raise InputError(
+                f"operator {self.name!r} joins append-only inputs (row kind '+I'); the "
+                f"{name} input has row kinds {retractions}. Use the changelog join for them"
+            )
+        times = event_time_micros(batch.column(self.time_columns[side]), self.time_columns[side])
+        columns = [batch.column(n).to_pylist() for n in self.inputs[side].names]
+        rows = list(zip(*columns, strict=True)) if batch.num_rows else []
+        late = ctx.previous_watermark
+        if late is not None:
+            cut = late * 1000
+            kept = [i for i, t in enumerate(times) if t > cut]
+            if len(kept) < len(rows):
+                ctx.count(f"{name}LateRowsDropped", len(rows) - len(kept))
+                rows = [rows[i] for i in kept]
+                times = [times[i] for i in kept]
+        if rows:
+            self._join_and_store(ctx, side, rows, times)
+
+    def _join_and_store(
+        self, ctx: OperatorContext, side: int, rows: list[tuple[Any, ...]], times: list[int]
+    ) -> None:
+        mine, other = self.sides[side], self.sides[1 - side]
+        store_rows, store_index = ctx.table(mine.rows.name), ctx.table(mine.index.name)
+        other_rows = ctx.table(other.rows.name)
+        keep_unmatched = side in self.outer_sides
+        flag_other = (1 - side) in self.outer_sides
+        positions = mine.key_positions
+        # The batch's rows per join key: one scan of the other side per key.
+        by_key: dict[tuple[Any, ...], list[int]] = {}
+        for i, row in enumerate(rows):
+            by_key.setdefault(tuple(row[p] for p in positions), []).append(i)
+        seq = self._next_seq.get(id(ctx), ctx.batch_id << 32)
+        bounds, condition, emit = self.time.other_bounds, self.condition, ctx.emit
+        matched_pairs = flagged = 0
+        for key, members in by_key.items():
+            if any(k is None for k in key):
+                # A null key meets nothing (SQL); only an outer side keeps the
+                # row, to pad it when it is evicted.
+                if keep_unmatched:
+                    for i in members:
+                        self._store(store_rows, store_index, mine, rows[i], times[i], seq, False)
+                        seq += 1
+                continue
+            spans = [bounds(side, times[i]) for i in members]
+            lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+            candidates = list(other_rows.scan(key, start=(lo,), end=(hi + 1,)))
+            stamps = [c[0] for c in candidates]
+            hits: set[int] = set()
+            for i, (start, end) in zip(members, spans, strict=True):
+                row, found = rows[i], False
+                for j in range(bisect.bisect_left(stamps, start), bisect.bisect_right(stamps, end)):
+                    theirs = SideState.input_of(candidates[j])
+                    pair = (row, theirs) if side == 0 else (theirs, row)
+                    if condition is not None and not condition(*pair):
+                        continue
+                    emit(pair[0] + pair[1])
+                    found = True
+                    matched_pairs += 1
+                    if flag_other and not SideState.matched(candidates[j]):
+                        hits.add(j)
+                self._store(store_rows, store_index, mine, row, times[i], seq, found)
+                seq += 1
+            for j in hits:
+                other_rows.update(candidates[j], SideState.with_matched(candidates[j]))
+                flagged += 1
+        stored = seq - self._next_seq.get(id(ctx), ctx.batch_id << 32)
+        self._next_seq[id(ctx)] = seq
+        ctx.count("matchedRows", matched_pairs)
+        ctx.count(f"{SIDE_NAMES[side]}RowsUpdated", stored)
+        ctx.count(f"{SIDE_NAMES[1 - side]}RowsUpdated", flagged)
+
+    def _store(
+        self,
+        table: StateTable,
+        index: StateTable,
+        state: SideState,
+        row: tuple[Any, ...],
+        time: int,
+        seq: int,
+        matched: bool,
+    ) -> None:
+        t = self.time.bucket(time)
+        table.insert(state.stored_row(t, seq, row, matched))
+        index.insert(state.index_row(t, [row[p] for p in state.key_positions], seq))
+
+    def close(self, ctx: OperatorContext) -> None:
+        """Evict each side's rows at or below its state watermark (step 3);
+        count the state."""
+        self._next_seq.pop(id(ctx), None)
+        for side in (0, 1):
+            if ctx.watermark is not None:
+                self._evict(ctx, side, self.time.state_watermark(side, ctx.watermark))
+            rows = ctx.table(self.sides[side].rows.name)
+            ctx.count(f"{SIDE_NAMES[side]}StateRows", rows.row_count)
+
+    def _evict(self, ctx: OperatorContext, side: int, cut: int) -> None:
+        state = self.sides[side]
+        index = ctx.table(state.index.name)
+        entries = list(index.scan(end=(cut + 1,)))
+        if not entries:
+            return
+        table = ctx.table(state.rows.name)
+        stored = table.get_rows([state.pk_of_index(e) for e in entries])
+        padding = (None,) * self.sides[1 - side].width
+        outer = side in self.outer_sides
+        padded = 0
+        for row in stored:
+            if row is None:
+                raise InputError(
+                    f"operator {self.name!r}: the {SIDE_NAMES[side]} index names a row that "
+                    "is not stored; the state is corrupt, restore an earlier checkpoint"
+                )
+            table.delete(row)
+            if outer and not SideState.matched(row):
+                theirs = SideState.input_of(row)
+                ctx.emit(theirs + padding if side == 0 else padding + theirs)
+                padded += 1
+        index.clean_below(cut + 1)
+        name = SIDE_NAMES[side]
+        ctx.count(f"{name}RowsEvicted", len(stored))
+        ctx.count(f"{name}RowsRemoved", len(stored))
+        ctx.count("nullPaddedRows", padded)
