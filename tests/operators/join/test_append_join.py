@@ -311,3 +311,21 @@ class TestAppendJoinShape:
             assert sorted(again, key=str) == sorted(first, key=str)
             assert h.last_metrics["leftStateRows"] == 0
             assert h.last_metrics["rightStateRows"] == 1
+
+
+class TestAppendJoinDocExample:
+    def test_timeline_of_the_docs(self) -> None:
+        """The left-join timeline of docs/operators/join-append.md, batch by batch."""
+        with OperatorHarness(join("left")) as h:
+            out = batch(
+                h, None, left=[("a", 10_000, 1), ("b", 10_000, 2)], right=[("a", 11_000, 7)]
+            )
+            assert out == [("a", 10_000, 1, "a", 11_000, 7)]
+            assert batch(h, 11_000, left=[("c", 11_500, 3)], right=[("b", 12_500, 8)]) == []
+            out = batch(h, 12_001, right=[("b", 10_500, 9), ("c", 12_000, 10)])
+            assert out == [("c", 11_500, 3, "c", 12_000, 10), ("b", 10_000, 2, None, None, None)]
+            assert h.last_metrics["rightLateRowsDropped"] == 1
+            assert h.last_metrics["leftRowsEvicted"] == 2
+            assert h.last_metrics["rightRowsEvicted"] == 1
+            assert h.last_metrics["leftStateRows"] == 1
+            assert h.last_metrics["rightStateRows"] == 2
