@@ -26,7 +26,7 @@ from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import SIDE_NAMES, SideState, side_state
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
-from statestore import ConsistencyMode, StateTable
+from statestore import ConsistencyMode
 
 __all__ = ["AppendJoin", "JoinCondition"]
 
@@ -142,85 +142,98 @@ class AppendJoin(Operator):
                 f"{name} input has row kinds {retractions}. Use the changelog join for them"
             )
         times = event_time_micros(batch.column(self.time_columns[side]), self.time_columns[side])
-        columns = [batch.column(n).to_pylist() for n in self.inputs[side].names]
-        rows = list(zip(*columns, strict=True)) if batch.num_rows else []
         late = ctx.previous_watermark
         if late is not None:
             cut = late * 1000
             kept = [i for i, t in enumerate(times) if t > cut]
-            if len(kept) < len(rows):
-                ctx.count(f"{name}LateRowsDropped", len(rows) - len(kept))
-                rows = [rows[i] for i in kept]
+            if len(kept) < len(times):
+                ctx.count(f"{name}LateRowsDropped", len(times) - len(kept))
+                batch = batch.take(pa.array(kept, type=pa.int64()))
                 times = [times[i] for i in kept]
-        if rows:
-            self._join_and_store(ctx, side, rows, times)
+        if batch.num_rows:
+            self._join_and_store(ctx, side, batch, times)
 
     def _join_and_store(
-        self, ctx: OperatorContext, side: int, rows: list[tuple[Any, ...]], times: list[int]
+        self, ctx: OperatorContext, side: int, batch: pa.RecordBatch, times: list[int]
     ) -> None:
         mine, other = self.sides[side], self.sides[1 - side]
-        store_rows, store_index = ctx.table(mine.rows.name), ctx.table(mine.index.name)
         other_rows = ctx.table(other.rows.name)
-        keep_unmatched = side in self.outer_sides
         flag_other = (1 - side) in self.outer_sides
-        positions = mine.key_positions
+        columns = [batch.column(n).to_pylist() for n in self.inputs[side].names]
+        rows = list(zip(*columns, strict=True))
         # The batch's rows per join key: one scan of the other side per key.
         by_key: dict[tuple[Any, ...], list[int]] = {}
-        for i, row in enumerate(rows):
-            by_key.setdefault(tuple(row[p] for p in positions), []).append(i)
-        seq = self._next_seq.get(id(ctx), ctx.batch_id << 32)
+        for i, key in enumerate(zip(*(columns[p] for p in mine.key_positions), strict=True)):
+            by_key.setdefault(key, []).append(i)
+        found = [False] * len(rows)
         bounds, condition, emit = self.time.other_bounds, self.condition, ctx.emit
         matched_pairs = flagged = 0
+        null_keys: list[int] = []
         for key, members in by_key.items():
             if any(k is None for k in key):
-                # A null key meets nothing (SQL); only an outer side keeps the
-                # row, to pad it when it is evicted.
-                if keep_unmatched:
-                    for i in members:
-                        self._store(store_rows, store_index, mine, rows[i], times[i], seq, False)
-                        seq += 1
+                null_keys += members  # a null key meets nothing (SQL)
                 continue
             spans = [bounds(side, times[i]) for i in members]
             lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
             candidates = list(other_rows.scan(key, start=(lo,), end=(hi + 1,)))
+            if not candidates:
+                continue
             stamps = [c[0] for c in candidates]
             hits: set[int] = set()
             for i, (start, end) in zip(members, spans, strict=True):
-                row, found = rows[i], False
+                row = rows[i]
                 for j in range(bisect.bisect_left(stamps, start), bisect.bisect_right(stamps, end)):
                     theirs = SideState.input_of(candidates[j])
                     pair = (row, theirs) if side == 0 else (theirs, row)
                     if condition is not None and not condition(*pair):
                         continue
                     emit(pair[0] + pair[1])
-                    found = True
+                    found[i] = True
                     matched_pairs += 1
                     if flag_other and not SideState.matched(candidates[j]):
                         hits.add(j)
-                self._store(store_rows, store_index, mine, row, times[i], seq, found)
-                seq += 1
             for j in hits:
                 other_rows.update(candidates[j], SideState.with_matched(candidates[j]))
                 flagged += 1
-        stored = seq - self._next_seq.get(id(ctx), ctx.batch_id << 32)
-        self._next_seq[id(ctx)] = seq
+        if null_keys and side not in self.outer_sides:
+            # Only an outer side keeps a null-key row: to pad it at eviction.
+            dropped = set(null_keys)
+            keep = [i for i in range(len(rows)) if i not in dropped]
+            batch = batch.take(pa.array(keep, type=pa.int64()))
+            times, found = [times[i] for i in keep], [found[i] for i in keep]
+        self._store(ctx, side, batch, times, found)
         ctx.count("matchedRows", matched_pairs)
-        ctx.count(f"{SIDE_NAMES[side]}RowsUpdated", stored)
         ctx.count(f"{SIDE_NAMES[1 - side]}RowsUpdated", flagged)
 
     def _store(
         self,
-        table: StateTable,
-        index: StateTable,
-        state: SideState,
-        row: tuple[Any, ...],
-        time: int,
-        seq: int,
-        matched: bool,
+        ctx: OperatorContext,
+        side: int,
+        batch: pa.RecordBatch,
+        times: list[int],
+        found: list[bool],
     ) -> None:
-        t = self.time.bucket(time)
-        table.insert(state.stored_row(t, seq, row, matched))
-        index.insert(state.index_row(t, [row[p] for p in state.key_positions], seq))
+        """Insert the rows of ``batch`` into the side's tables, two batch
+        inserts (no reads: every seq is new)."""
+        n = batch.num_rows
+        if not n:
+            return
+        state = self.sides[side]
+        first = self._next_seq.get(id(ctx), ctx.batch_id << 32)
+        self._next_seq[id(ctx)] = first + n
+        bucket = self.time.bucket
+        stamps = pa.array([bucket(t) for t in times], type=pa.int64())
+        seqs = pa.array(range(first, first + n), type=pa.int64())
+        inputs = [batch.column(f.name) for f in self.inputs[side]]
+        rows = pa.RecordBatch.from_arrays(
+            [stamps, seqs, *inputs, pa.array(found, type=pa.bool_())],
+            schema=state.rows.columns,
+        )
+        keys = [batch.column(self.inputs[side].names[p]) for p in state.key_positions]
+        index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
+        ctx.table(state.rows.name).insert_batch(rows)
+        ctx.table(state.index.name).insert_batch(index)
+        ctx.count(f"{SIDE_NAMES[side]}RowsUpdated", n)
 
     def close(self, ctx: OperatorContext) -> None:
         """Evict each side's rows at or below its state watermark (step 3);
