@@ -26,12 +26,15 @@ from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import SIDE_NAMES, SideState, side_state
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
-from statestore import ConsistencyMode
+from statestore import ConsistencyMode, StateTable
 
 __all__ = ["AppendJoin", "JoinCondition"]
 
 #: An extra join condition over a (left row, right row) pair of input tuples.
 JoinCondition = Callable[[tuple[Any, ...], tuple[Any, ...]], bool]
+
+#: A seek into the state costs about as much as reading this many rows in order.
+_SEEK_ROWS = 10
 
 _JOIN_TYPES = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}
 
@@ -159,25 +162,30 @@ class AppendJoin(Operator):
         mine, other = self.sides[side], self.sides[1 - side]
         other_rows = ctx.table(other.rows.name)
         flag_other = (1 - side) in self.outer_sides
-        columns = [batch.column(n).to_pylist() for n in self.inputs[side].names]
-        rows = list(zip(*columns, strict=True))
+        names = self.inputs[side].names
+        keys = [batch.column(names[p]).to_pylist() for p in mine.key_positions]
         # The batch's rows per join key: one scan of the other side per key.
         by_key: dict[tuple[Any, ...], list[int]] = {}
-        for i, key in enumerate(zip(*(columns[p] for p in mine.key_positions), strict=True)):
+        for i, key in enumerate(zip(*keys, strict=True)):
             by_key.setdefault(key, []).append(i)
-        found = [False] * len(rows)
         bounds, condition, emit = self.time.other_bounds, self.condition, ctx.emit
-        matched_pairs = flagged = 0
         null_keys: list[int] = []
+        wanted: dict[tuple[Any, ...], tuple[list[int], list[tuple[int, int]]]] = {}
         for key, members in by_key.items():
             if any(k is None for k in key):
                 null_keys += members  # a null key meets nothing (SQL)
-                continue
-            spans = [bounds(side, times[i]) for i in members]
-            lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
-            candidates = list(other_rows.scan(key, start=(lo,), end=(hi + 1,)))
-            if not candidates:
-                continue
+            else:
+                wanted[key] = (members, [bounds(side, times[i]) for i in members])
+        found_by_key = self._candidates(other_rows, other, wanted)
+        lookups = [(*wanted[key], c) for key, c in found_by_key.items() if c]
+        # Python tuples only of the rows that may match (timestamps are dear).
+        needed = sorted(i for members, _, _ in lookups for i in members)
+        taken = batch.take(pa.array(needed, type=pa.int64()))
+        columns = [taken.column(n).to_pylist() for n in names]
+        rows = dict(zip(needed, zip(*columns, strict=True), strict=True))
+        found = [False] * batch.num_rows
+        matched_pairs = flagged = 0
+        for members, spans, candidates in lookups:
             stamps = [c[0] for c in candidates]
             hits: set[int] = set()
             for i, (start, end) in zip(members, spans, strict=True):
@@ -198,12 +206,40 @@ class AppendJoin(Operator):
         if null_keys and side not in self.outer_sides:
             # Only an outer side keeps a null-key row: to pad it at eviction.
             dropped = set(null_keys)
-            keep = [i for i in range(len(rows)) if i not in dropped]
+            keep = [i for i in range(batch.num_rows) if i not in dropped]
             batch = batch.take(pa.array(keep, type=pa.int64()))
             times, found = [times[i] for i in keep], [found[i] for i in keep]
         self._store(ctx, side, batch, times, found)
         ctx.count("matchedRows", matched_pairs)
         ctx.count(f"{SIDE_NAMES[1 - side]}RowsUpdated", flagged)
+
+    @staticmethod
+    def _candidates(
+        table: StateTable,
+        state: SideState,
+        wanted: dict[tuple[Any, ...], tuple[list[int], list[tuple[int, int]]]],
+    ) -> dict[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """The stored rows of ``table`` in reach of each wanted key's rows,
+        in time order: one bounded prefix scan per key, or, when the keys are
+        many for the table's size, one pass over the whole table (a seek
+        costs about as much as reading ten rows in order)."""
+        reach = {
+            key: (min(s[0] for s in spans), max(s[1] for s in spans))
+            for key, (_, spans) in wanted.items()
+        }
+        if len(reach) * _SEEK_ROWS < table.row_count:
+            return {
+                key: list(table.scan(key, start=(lo,), end=(hi + 1,)))
+                for key, (lo, hi) in reach.items()
+            }
+        out: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {key: [] for key in reach}
+        positions = [2 + p for p in state.key_positions]
+        for row in table.scan():
+            key = tuple(row[p] for p in positions)
+            bound = reach.get(key)
+            if bound is not None and bound[0] <= row[0] <= bound[1]:
+                out[key].append(row)
+        return out
 
     def _store(
         self,
@@ -252,21 +288,31 @@ class AppendJoin(Operator):
         if not entries:
             return
         table = ctx.table(state.rows.name)
-        stored = table.get_rows([state.pk_of_index(e) for e in entries])
-        padding = (None,) * self.sides[1 - side].width
-        outer = side in self.outer_sides
+        found = table.get_rows([state.pk_of_index(e) for e in entries])
+        stored = [row for row in found if row is not None]
+        if len(stored) < len(found):
+            raise InputError(
+                f"operator {self.name!r}: the {SIDE_NAMES[side]} index names a row that is "
+                "not stored; the state is corrupt, restore an earlier checkpoint"
+            )
+        columns = list(zip(*stored, strict=True))
+        table.delete_batch(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(c, type=f.type)
+                    for c, f in zip(columns, state.rows.columns, strict=True)
+                ],
+                schema=state.rows.columns,
+            )
+        )
         padded = 0
-        for row in stored:
-            if row is None:
-                raise InputError(
-                    f"operator {self.name!r}: the {SIDE_NAMES[side]} index names a row that "
-                    "is not stored; the state is corrupt, restore an earlier checkpoint"
-                )
-            table.delete(row)
-            if outer and not SideState.matched(row):
-                theirs = SideState.input_of(row)
-                ctx.emit(theirs + padding if side == 0 else padding + theirs)
-                padded += 1
+        if side in self.outer_sides:
+            padding = (None,) * self.sides[1 - side].width
+            for row in stored:
+                if not SideState.matched(row):
+                    theirs = SideState.input_of(row)
+                    ctx.emit(theirs + padding if side == 0 else padding + theirs)
+                    padded += 1
         index.clean_below(cut + 1)
         name = SIDE_NAMES[side]
         ctx.count(f"{name}RowsEvicted", len(stored))
