@@ -52,6 +52,12 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
     relstate_seconds, history = run_relstate(
         spark, workload, dirs, workdir / "relstate", PARTITIONS
     )
+    floor = None
+    if not quick:
+        progress("the runner around an operator that does nothing")
+        floor, _ = run_relstate(
+            spark, workload, dirs, workdir / "discard", PARTITIONS, discard=True
+        )
     progress("Spark's native join")
     spark_seconds = run_spark(spark, workload, dirs, workdir / "spark")
     spark_out = spark.read.parquet(str(workdir / "spark" / "output")).count()
@@ -85,6 +91,13 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
             ", ".join(batch_ms),
         ),
     ]
+    if floor is not None:
+        readings.append(
+            (
+                "runner alone (same files, an operator that keeps and emits nothing)",
+                f"{floor:.2f} s of relstate's {relstate_seconds:.2f} s",
+            )
+        )
     description = f"""
 Two streams of events `(ad_id, ts, v)`, {workload.rows:,} rows per side in
 {workload.batches} micro-batches (one Parquet file per side per batch, read with
