@@ -26,7 +26,7 @@ from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import SIDE_NAMES, SideState, side_state
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
-from statestore import ConsistencyMode, StateTable
+from statestore import ConsistencyMode, InconsistencyError, StateTable
 
 __all__ = ["AppendJoin", "JoinCondition"]
 
@@ -288,12 +288,16 @@ class AppendJoin(Operator):
         if not entries:
             return
         table = ctx.table(state.rows.name)
-        found = table.get_rows([state.pk_of_index(e) for e in entries])
+        pks = [state.pk_of_index(e) for e in entries]
+        found = table.get_rows(pks)
         stored = [row for row in found if row is not None]
         if len(stored) < len(found):
-            raise InputError(
-                f"operator {self.name!r}: the {SIDE_NAMES[side]} index names a row that is "
-                "not stored; the state is corrupt, restore an earlier checkpoint"
+            missing = next(pk for pk, row in zip(pks, found, strict=True) if row is None)
+            raise InconsistencyError(
+                f"operator {self.name!r}: the {SIDE_NAMES[side]} index names row {missing!r}, "
+                "which is not stored; the state is corrupt, restore an earlier checkpoint",
+                state.rows.name,
+                missing,
             )
         columns = list(zip(*stored, strict=True))
         table.delete_batch(

@@ -11,6 +11,7 @@ import pytest
 from operators import InputError, RowKind
 from operators.join import AppendJoin, TimeRange, TimeWindows
 from operators.testing import OperatorHarness
+from statestore import InconsistencyError
 
 LEFT = pa.schema([("k", pa.string()), ("ts", pa.int64()), ("v", pa.int64())])
 RIGHT = pa.schema([("k", pa.string()), ("ts", pa.int64()), ("w", pa.int64())])
@@ -179,6 +180,15 @@ class TestAppendJoinEviction:
             batch(h, 15_002)
             assert len(seen) == 4 == h.last_metrics["leftRowsEvicted"]
             assert h.table("left_rows").row_count == 46
+
+    def test_index_without_its_row_is_an_inconsistency(self) -> None:
+        """An index entry whose row is gone is reported, not skipped."""
+        with OperatorHarness(join()) as h:
+            batch(h, None, left=[("a", 10_000, 1)])
+            h.table("left_index").insert((9_000_000, "a", 7))
+            h.advance_watermark(20_000)
+            with pytest.raises(InconsistencyError, match="not stored"):
+                h.commit()
 
     def test_windows_match_and_evict_per_window(self) -> None:
         """With equal windows, rows of one window match, rows of the next do
