@@ -16,6 +16,7 @@ does (docs/operators/join-append.md):
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -275,9 +276,13 @@ class AppendJoin(Operator):
         """Evict each side's rows at or below its state watermark (step 3);
         count the state."""
         self._next_seq.pop(id(ctx), None)
+        started = time.perf_counter_ns()
         for side in (0, 1):
             if ctx.watermark is not None:
                 self._evict(ctx, side, self.time.state_watermark(side, ctx.watermark))
+        # The runner's allRemovalsTimeMs covers timers and on_watermark only.
+        ctx.count("evictionTimeMs", (time.perf_counter_ns() - started) // 1_000_000)
+        for side in (0, 1):
             rows = ctx.table(self.sides[side].rows.name)
             ctx.count(f"{SIDE_NAMES[side]}StateRows", rows.row_count)
 

@@ -337,5 +337,6 @@ class TestAppendJoinDocExample:
             assert h.last_metrics["rightLateRowsDropped"] == 1
             assert h.last_metrics["leftRowsEvicted"] == 2
             assert h.last_metrics["rightRowsEvicted"] == 1
+            assert h.last_metrics["evictionTimeMs"] >= 0
             assert h.last_metrics["leftStateRows"] == 1
             assert h.last_metrics["rightStateRows"] == 2
