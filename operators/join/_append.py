@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
-from operators.join._append_state import SIDE_NAMES, SideState, side_state
+from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
 from statestore import ConsistencyMode, InconsistencyError, StateTable
 
@@ -108,7 +109,7 @@ class AppendJoin(Operator):
                 )
         self.time_columns = (left_time, right_time)
         self.sides = (side_state(0, left, keys[0]), side_state(1, right, keys[1]))
-        self.tables = [t for s in self.sides for t in (s.rows, s.index)]
+        self.tables = [*(t for s in self.sides for t in (s.rows, s.index)), FLOORS]
         self.output = self._output_schema(left_prefix, right_prefix)
         # The next free seq of each batch run in progress (by context): seqs
         # only tell apart rows of one key and time in one partition's state.
@@ -270,6 +271,10 @@ class AppendJoin(Operator):
         index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
         ctx.table(state.rows.name).insert_batch(rows)
         ctx.table(state.index.name).insert_batch(index)
+        lowest = pc.min(stamps).as_py()
+        floor = self._floor(ctx, side)
+        if floor is None or lowest < floor:
+            ctx.table(FLOORS.name).upsert((side, lowest))
         ctx.count(f"{SIDE_NAMES[side]}RowsUpdated", n)
 
     def close(self, ctx: OperatorContext) -> None:
@@ -286,10 +291,20 @@ class AppendJoin(Operator):
             rows = ctx.table(self.sides[side].rows.name)
             ctx.count(f"{SIDE_NAMES[side]}StateRows", rows.row_count)
 
+    @staticmethod
+    def _floor(ctx: OperatorContext, side: int) -> int | None:
+        row = ctx.table(FLOORS.name).get_row((side,))
+        return None if row is None else int(row[1])
+
     def _evict(self, ctx: OperatorContext, side: int, cut: int) -> None:
         state = self.sides[side]
         index = ctx.table(state.index.name)
-        entries = list(index.scan(end=(cut + 1,)))
+        floor = self._floor(ctx, side)
+        if floor is None or floor > cut:
+            return
+        entries = list(index.scan(start=(floor,), end=(cut + 1,)))
+        # Nothing at or below the cut is left: the floor moves above it.
+        ctx.table(FLOORS.name).upsert((side, cut + 1))
         if not entries:
             return
         table = ctx.table(state.rows.name)

@@ -7,6 +7,10 @@ index by time so that eviction is a range scan below the state watermark.
 
 ``time`` is the event time (a range join) or the window start (a window
 join), in microseconds; ``seq`` tells apart rows with equal key and time.
+
+``floors``: ``side`` -> ``floor``, no stored time of the side below it. An
+eviction scans the index from there, not from the table's start, where
+RocksDB would step over the tombstones of every earlier eviction.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pyarrow as pa
 from encoding import TableSchema
 from operators.errors import InputError
 
-__all__ = ["SIDE_NAMES", "SideState", "side_state"]
+__all__ = ["FLOORS", "SIDE_NAMES", "SideState", "side_state"]
 
 #: The word for each side in table names and metrics.
 SIDE_NAMES = ("left", "right")
@@ -28,6 +32,19 @@ SIDE_NAMES = ("left", "right")
 _TIME = "__t"
 _SEQ = "__seq"
 _MATCHED = "__matched"
+
+#: The least stored time per side (see the module docstring).
+FLOORS = TableSchema(
+    5,
+    pa.schema(
+        [
+            pa.field("side", pa.int8(), nullable=False),
+            pa.field("floor", pa.int64(), nullable=False),
+        ]
+    ),
+    ["side"],
+    name="floors",
+)
 
 
 @dataclass(frozen=True)

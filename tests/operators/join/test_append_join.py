@@ -185,7 +185,7 @@ class TestAppendJoinEviction:
         """An index entry whose row is gone is reported, not skipped."""
         with OperatorHarness(join()) as h:
             batch(h, None, left=[("a", 10_000, 1)])
-            h.table("left_index").insert((9_000_000, "a", 7))
+            h.table("left_index").insert((10_500_000, "a", 7))
             h.advance_watermark(20_000)
             with pytest.raises(InconsistencyError, match="not stored"):
                 h.commit()
