@@ -187,8 +187,10 @@ class OperatorHarness:
             )
         return self._run
 
-    def _emitted(self, run: BatchRun) -> list[Emitted]:
-        batch = run.drain()
+    def _emitted(self, run: BatchRun, batch: pa.RecordBatch | None = None) -> list[Emitted]:
+        """What ``run`` emitted since the last drain (or ``batch``, what its
+        ``finish`` returned), added to :attr:`output`."""
+        batch = run.drain() if batch is None else batch
         kinds = batch.column(ROW_KIND).to_pylist()
         names = [f.name for f in self.operator.output]
         columns = [batch.column(n).to_pylist() for n in names]
@@ -286,8 +288,8 @@ class OperatorHarness:
         fire first."""
         run = self._batch_run()
         run.fire_timers()
-        run.finish()
-        self._emitted(run)
+        # Rows emitted by the operator's close come back from finish.
+        self._emitted(run, run.finish())
         metrics = {**run.metrics, **state_metrics(self._state.tables)}
         version = self.batch_id
         self._state.commit(version)

@@ -17,7 +17,7 @@ __all__ = ["LEFT", "RIGHT", "JoinSpec", "JoinType", "output_schema", "side_name"
 LEFT, RIGHT = 0, 1
 
 
-class JoinType(enum.Enum):
+class JoinType(enum.StrEnum):
     """An equi-join's type; it says which sides are outer (null-padded when
     they have no match)."""
 
@@ -25,6 +25,21 @@ class JoinType(enum.Enum):
     LEFT = "left"
     RIGHT = "right"
     FULL = "full"
+
+    @classmethod
+    def parse(cls, join_type: object) -> JoinType:
+        """The type a string or enum names, Spark's spellings included
+        (``left_outer``, ``fullOuter``, ``outer``)."""
+        if isinstance(join_type, JoinType):
+            return join_type
+        text = str(getattr(join_type, "value", join_type)).lower().replace("_", "")
+        text = {"outer": "full", "fullouter": "full"}.get(text, text.removesuffix("outer"))
+        try:
+            return cls(text)
+        except ValueError:
+            raise InputError(
+                f"join type must be 'inner', 'left', 'right' or 'full'; got {join_type!r}"
+            ) from None
 
     def is_outer(self, side: int) -> bool:
         """Whether rows of ``side`` (0 left, 1 right) are kept, null-padded,
@@ -51,7 +66,7 @@ class JoinSpec:
     @classmethod
     def of(
         cls,
-        join_type: JoinType | str,
+        join_type: object,
         left: pa.Schema,
         right: pa.Schema,
         left_keys: Sequence[str],
@@ -79,7 +94,7 @@ class JoinSpec:
                     f"join keys {a!r} ({left.field(a).type}) and {b!r} "
                     f"({right.field(b).type}) have different types; cast one of them"
                 )
-        return cls(JoinType(join_type), (left, right), keys)
+        return cls(JoinType.parse(join_type), (left, right), keys)
 
     def is_outer(self, side: int) -> bool:
         """Whether ``side`` is an outer side of this join."""
