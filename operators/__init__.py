@@ -5,6 +5,7 @@ are modules of their own.
 """
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._fk_join import FkJoin
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._runner import RelstateQuery, Watermark, run_operator
 from operators._sinks import BatchSink, ParquetSink
@@ -13,6 +14,7 @@ from operators.errors import InputError, RunnerError
 __all__ = [
     "ROW_KIND",
     "BatchSink",
+    "FkJoin",
     "InputError",
     "Operator",
     "OperatorContext",

@@ -184,6 +184,19 @@ class TestOperatorHarness:
 
     # -- versions --------------------------------------------------------------------
 
+    def test_rows_emitted_in_close_reach_output(self) -> None:
+        """What an operator emits in close() (at the end of a batch) is in
+        the harness's output after the commit."""
+
+        class Closer(Probe):
+            def close(self, ctx: OperatorContext) -> None:
+                ctx.emit(("closed", ctx.batch_id))
+
+        with OperatorHarness(Closer()) as h:
+            h.process_element(("a", 1))
+            h.commit()
+            assert h.output == [(INS, ("a", 1)), (INS, ("closed", 0))]
+
     def test_commit_returns_batch_ids(self, harness: OperatorHarness) -> None:
         """Successive commits return batch ids 0, 1, 2, empty batches included."""
         harness.process_element(("a", 1))
