@@ -18,16 +18,23 @@ table is keyed by FK. The join runs as two keyed stages per micro-batch
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from operators._fk_stages import FK, HASH, ResultStage, SubscriptionStage
 from operators._stages import Source, Stage
 from operators.errors import InputError
+from statestore import StoreConfig
 
-__all__ = ["FkJoin", "Joiner", "left_row_hash"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from operators._runner import RelstateQuery
+    from operators._sinks import BatchSink
+
+__all__ = ["FkJoin", "Joiner", "left_row_hash", "run_fk_join"]
 
 #: ``(left_row, right_row or None) -> output row``.
 Joiner = Callable[[tuple[Any, ...], tuple[Any, ...] | None], Sequence[Any]]
@@ -175,6 +182,50 @@ class FkJoin:
                 ),
             ),
         ]
+
+
+def run_fk_join(
+    left: DataFrame,
+    right: DataFrame,
+    join: FkJoin,
+    partitions: int,
+    checkpoint: str,
+    sink: BatchSink,
+    store_config: StoreConfig | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    log_level: int | None = None,
+) -> RelstateQuery:
+    """Run the foreign-key ``join`` of two streaming changelogs in Spark.
+
+    ``left`` has ``join.left``'s columns, ``right`` ``join.right``'s, both
+    the sequence column and a ``row_kind`` column (docs/operators/fk-join.md:
+    the left changelog must carry before-images). ``sink`` gets the upsert
+    changelog keyed by the left key. The rest is :func:`operators.run_stages`.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from operators._stage_runner import run_stages
+
+    schema = join.prepared_schema(to_arrow_schema(left.schema))
+
+    def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield join.prepare_left(batch)
+
+    prepared = left.mapInArrow(prepare, from_arrow_schema(schema))
+    return run_stages(
+        [prepared, right],
+        join.stages(),
+        partitions,
+        checkpoint,
+        sink,
+        join.sequence_column,
+        store_config=store_config,
+        trigger=dict(trigger or {}),
+        query_name=query_name,
+        log_level=log_level,
+    )
 
 
 def _concatenate(right_width: int) -> Joiner:

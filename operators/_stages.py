@@ -34,8 +34,9 @@ class Source:
     ``origin`` is a query input's index, or (with ``from_stage``) an earlier
     stage's index. ``keys`` are the columns of those rows the stage is
     partitioned by. ``sequence`` is the column that orders them (default: the
-    query's sequence column). ``drop_null_keys`` leaves out rows whose key has
-    a null: they belong to no partition.
+    query's sequence column; required for a stage's output).
+    ``drop_null_keys`` leaves out rows whose key has a null: they belong to no
+    partition.
     """
 
     origin: int
@@ -78,6 +79,11 @@ def check_stages(stages: Sequence[Stage], inputs: int) -> None:
                 f"each side; got {[s.keys for s in stage.sources]}"
             )
         for source in stage.sources:
+            if source.from_stage and source.sequence is None:
+                raise InputError(
+                    f"stage {index} ({op.name!r}) reads stage {source.origin}'s output: name "
+                    "the output column that orders it (Source.sequence)"
+                )
             limit = index if source.from_stage else inputs
             if not 0 <= source.origin < limit:
                 what = "an earlier stage" if source.from_stage else "a query input"

@@ -61,10 +61,10 @@ class FkDriver:
         """Delete a right row."""
         self._change(1, self.right.pop(fk), RowKind.DELETE)
 
-    def flush(self) -> dict[Key, tuple[Any, ...] | None]:
-        """Run the pending changes as one micro-batch; the output rows it
-        emitted by K (``None`` for a delete)."""
-        tables = []
+    def take_changes(self) -> list[pa.Table | None]:
+        """The pending changes of each table as a changelog (its columns, the
+        sequence column, ``row_kind``), or ``None``; they are no longer pending."""
+        tables: list[pa.Table | None] = []
         for side, schema in enumerate((self.join.left, self.join.right)):
             rows, self._changes[side] = self._changes[side], []
             if not rows:
@@ -75,10 +75,16 @@ class FkDriver:
             arrays.append(pa.array([s for _, _, s in rows], type=pa.int64()))
             arrays.append(pa.array([k for _, k, _ in rows], type=pa.string()))
             names = [*schema.names, self.join.sequence_column, "row_kind"]
-            batch = pa.RecordBatch.from_arrays(arrays, names=names)
-            if side == 0:
-                batch = self.join.prepare_left(batch)
-            tables.append(pa.Table.from_batches([batch]))
+            tables.append(pa.Table.from_arrays(arrays, names=names))
+        return tables
+
+    def flush(self) -> dict[Key, tuple[Any, ...] | None]:
+        """Run the pending changes as one micro-batch; the output rows it
+        emitted by K (``None`` for a delete)."""
+        tables = self.take_changes()
+        left = tables[0]
+        if left is not None:
+            tables[0] = pa.Table.from_batches([self.join.prepare_left(left.to_batches()[0])])
         out = self.harness.run_batch(tables)
         changes: dict[Key, tuple[Any, ...] | None] = {}
         names = self.join.output.names
