@@ -222,7 +222,7 @@ def run_fk_join(
         sink,
         join.sequence_column,
         store_config=store_config,
-        trigger=dict(trigger or {}),
+        trigger=trigger,
         query_name=query_name,
         log_level=log_level,
     )

@@ -604,6 +604,17 @@ def run_operator(
     )
     driver = _Driver(plan, key_lists, sink, None if sequence is None else _SEQ)
     driver.check_query(key_types)
+    return _start(stream, driver, checkpoint, trigger, query_name)
+
+
+def _start(
+    stream: DataFrame,
+    driver: _Driver,
+    checkpoint: str,
+    trigger: Mapping[str, Any] | None,
+    query_name: str | None,
+) -> RelstateQuery:
+    """Start the streaming query that calls ``driver`` for each batch."""
     writer = stream.writeStream.foreachBatch(driver).option(
         "checkpointLocation", checkpoint.rstrip("/") + "/spark"
     )

@@ -15,7 +15,7 @@ nothing will load unless recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from operators._runner import (
     _Driver,
     _Plan,
     _run_task,
+    _start,
     _tagged,
     _task_schema,
 )
@@ -161,7 +162,7 @@ def run_stages(
     sink: BatchSink,
     sequence_column: str,
     store_config: StoreConfig | None = None,
-    trigger: dict[str, Any] | None = None,
+    trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
     log_level: int | None = None,
 ) -> RelstateQuery:
@@ -242,11 +243,4 @@ def run_stages(
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
     driver = _StagesDriver(stages, plans, input_columns, sink)
     driver.check_query(shape)
-    writer = stream.writeStream.foreachBatch(driver).option(
-        "checkpointLocation", checkpoint.rstrip("/") + "/spark"
-    )
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger:
-        writer = writer.trigger(**trigger)
-    return RelstateQuery(writer.start(), driver)
+    return _start(stream, driver, checkpoint, trigger, query_name)
