@@ -180,6 +180,9 @@ class FkJoin:
                         0, self.left_key, from_stage=True, sequence=subscriptions.response_sequence
                     ),
                 ),
+                # The left rows, then the responses: a result is resolved at
+                # the end of the batch, so their interleaving does not matter.
+                sides_in_turn=True,
             ),
         ]
 

@@ -92,7 +92,8 @@ class StageHarness:
         emitted: list[pa.RecordBatch] = []
         for harness, rows in zip(harnesses, routed, strict=True):
             harness.output.clear()
-            rows.sort(key=lambda r: r[0])  # stable: ties keep side order
+            # Stable: ties keep side order.
+            rows.sort(key=(lambda r: (r[1], r[0])) if stage.sides_in_turn else (lambda r: r[0]))
             start = 0
             for i in range(1, len(rows) + 1):
                 if i == len(rows) or rows[i][1] != rows[start][1]:

@@ -86,10 +86,11 @@ class _StagesDriver(_Driver):
                 if index:
                     fault("runner.driver_between_stages")
                 keys = [F.col(f"__k{i}") for i in range(len(stage.sources[0].keys))]
+                order = [_SIDE, _SEQ] if stage.sides_in_turn else [_SEQ]
                 keyed = (
                     self._stage_input(stage, batch, results)
                     .repartition(plan.partitions, *keys)
-                    .sortWithinPartitions(_SEQ)
+                    .sortWithinPartitions(*order)
                 )
                 name = plan.operator.name
                 before = (

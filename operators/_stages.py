@@ -48,10 +48,17 @@ class Source:
 
 @dataclass(frozen=True)
 class Stage:
-    """One keyed step of a batch: an operator, and one source per input."""
+    """One keyed step of a batch: an operator, and one source per input.
+
+    By default each partition's rows of all sides are merged in sequence
+    order. ``sides_in_turn`` gives the operator every row of side 0 first,
+    then side 1, each side in sequence order: fewer, longer runs, for an
+    operator whose result does not depend on the order between sides.
+    """
 
     operator: Operator
     sources: tuple[Source, ...]
+    sides_in_turn: bool = False
 
 
 def check_stages(stages: Sequence[Stage], inputs: int) -> None:
