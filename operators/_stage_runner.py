@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators._changelog import ROW_KIND, RowKind
 from operators._runner import (
+    _META,
     _SEQ,
     _SIDE,
     RelstateQuery,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["run_stages"]
 
-_META = "__meta"
 #: Metrics that only the last stage reports under their own name.
 _OUTPUT_ONLY = ("numOutputRows",)
 

@@ -64,7 +64,9 @@ def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]
     return changes, joins
 
 
-def _run(spark: Any, root: Path, join: FkJoin, batches: list[list[pa.Table]]) -> ParquetSink:
+def _run(
+    spark: Any, root: Path, join: FkJoin, batches: list[list[pa.Table]]
+) -> tuple[ParquetSink, Any]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     streams = []
@@ -87,7 +89,7 @@ def _run(spark: Any, root: Path, join: FkJoin, batches: list[list[pa.Table]]) ->
         trigger={"availableNow": True},
     )
     query.awaitTermination()
-    return sink
+    return sink, query
 
 
 def _materialised(spark: Any, sink: ParquetSink, join: FkJoin) -> list[dict[Any, tuple[Any, ...]]]:
@@ -114,8 +116,11 @@ class TestFkJoinThroughSpark:
         batch the materialised output equals the batch join."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
         changes, joins = _changes(join, seed=7, batches=3)
-        sink = _run(spark, tmp_path, join, changes)
+        sink, query = _run(spark, tmp_path, join, changes)
         assert _materialised(spark, sink, join) == joins
+        metrics = query.last_metrics
+        assert metrics["numSubscriptionRows"] > 0
+        assert metrics["numOutputRows"] == metrics["fkjoin-results.numOutputRows"]
 
     def test_crash_between_stages_and_after_a_commit(
         self, spark: Any, tmp_path: Path, fault_dir: Path
@@ -132,7 +137,7 @@ class TestFkJoinThroughSpark:
         ):
             _run(spark, tmp_path, join, changes)
         assert not (fault_dir / "runner.task_after_commit").exists()
-        sink = _run(spark, tmp_path, join, changes)
+        sink, _ = _run(spark, tmp_path, join, changes)
         assert _materialised(spark, sink, join) == joins
 
 
