@@ -35,7 +35,6 @@ __all__ = ["run"]
 LEFT = pa.schema([("id", pa.int64()), ("fk", pa.int64()), ("payload", pa.string())])
 RIGHT = pa.schema([("rid", pa.int64()), ("rval", pa.string())])
 BASELINE = "Spark batch join of the full tables"
-_PARTITIONS = 4
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,9 @@ class _Plan:
     left_changes: int
     right_changes: int
     batches: int
+    #: Partitions of each stage, and Spark's shuffle partitions: one per core
+    #: of the benchmark machine (more only queue their tasks).
+    partitions: int = 2
 
 
 _FULL = _Plan((10_000, 100_000, 300_000), 1_000, 200, 3)
@@ -91,7 +93,9 @@ class _TimingSink:
         self.finished.append(time.perf_counter())
 
 
-def _relstate(spark: SparkSession, root: Path, join: FkJoin) -> tuple[float, list[float]]:
+def _relstate(
+    spark: SparkSession, root: Path, join: FkJoin, partitions: int
+) -> tuple[float, list[float]]:
     """The initial load's time and each change batch's, through the runner."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -109,7 +113,7 @@ def _relstate(spark: SparkSession, root: Path, join: FkJoin) -> tuple[float, lis
         streams[0],
         streams[1],
         join,
-        partitions=_PARTITIONS,
+        partitions=partitions,
         checkpoint=str(root / "ck"),
         sink=sink,
         trigger={"availableNow": True},
@@ -158,7 +162,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
     from operators._spark import local_spark
 
     plan = _QUICK if quick else _FULL
-    spark = local_spark("relstate-bench-fkjoin", {"spark.sql.shuffle.partitions": "4"})
+    shuffle = {"spark.sql.shuffle.partitions": str(plan.partitions)}
+    spark = local_spark("relstate-bench-fkjoin", shuffle)
     join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="left")
     changes = 2 * plan.left_changes + plan.right_changes
     comparisons, readings = [], []
@@ -169,7 +174,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         write_batches(root / "in0", lefts, prefix="part")
         write_batches(root / "in1", rights, prefix="part")
         progress(f"{n:,} left rows: relstate")
-        load, ours = _relstate(spark, root, join)
+        load, ours = _relstate(spark, root, join, plan.partitions)
         progress(f"{n:,} left rows: {BASELINE}")
         theirs = _baseline(spark, root, plan.batches)
         comparisons.append(
