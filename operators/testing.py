@@ -18,6 +18,7 @@ import pyarrow as pa
 from encoding import TableSchema
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
+from operators._stage_harness import StageHarness
 from operators._task import BatchRun, state_metrics, state_tables
 from operators.errors import InputError
 from statestore import (
@@ -29,7 +30,7 @@ from statestore import (
     VersionNotFoundError,
 )
 
-__all__ = ["Emitted", "OperatorHarness"]
+__all__ = ["Emitted", "OperatorHarness", "StageHarness"]
 
 #: One emitted row: its kind and its values.
 Emitted = tuple[RowKind, tuple[Any, ...]]
