@@ -2,7 +2,7 @@
 
 Two append-only inputs with event times, an equi-join plus a time range or
 equal windows. Per micro-batch, as Spark's StreamingSymmetricHashJoinExec
-does (docs/operators/join-append.md):
+does (docs/operators/join.md, "Append mode"):
 
 1. A row at or below the previous batch's watermark is late: dropped.
 2. Any other row joins the other side's stored rows (key, time range, extra

@@ -1,5 +1,5 @@
 """The time condition of an append-mode join, and what the watermark lets it
-forget: Spark's state watermark per side (docs/operators/join-append.md).
+forget: Spark's state watermark per side (docs/operators/join.md, "Append mode").
 
 Times inside the join are microseconds since the epoch, as Spark keeps them;
 watermarks are milliseconds, as the runner gives them.

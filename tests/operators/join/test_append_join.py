@@ -325,7 +325,7 @@ class TestAppendJoinShape:
 
 class TestAppendJoinDocExample:
     def test_timeline_of_the_docs(self) -> None:
-        """The left-join timeline of docs/operators/join-append.md, batch by batch."""
+        """The left-join timeline of docs/operators/join.md, "Append mode", batch by batch."""
         with OperatorHarness(join("left")) as h:
             out = batch(
                 h, None, left=[("a", 10_000, 1), ("b", 10_000, 2)], right=[("a", 11_000, 7)]
