@@ -5,15 +5,19 @@ are modules of their own.
 """
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._fk_join import FkJoin, run_fk_join
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._runner import RelstateQuery, Watermark, run_operator
 from operators._sinks import BatchSink, ParquetSink
+from operators._stage_runner import run_stages
+from operators._stages import Source, Stage
 from operators._state_source import register_sources
 from operators.errors import InputError, RunnerError
 
 __all__ = [
     "ROW_KIND",
     "BatchSink",
+    "FkJoin",
     "InputError",
     "Operator",
     "OperatorContext",
@@ -21,10 +25,14 @@ __all__ = [
     "RelstateQuery",
     "RowKind",
     "RunnerError",
+    "Source",
+    "Stage",
     "TimeDomain",
     "Timer",
     "Watermark",
     "register_sources",
     "row_kinds",
+    "run_fk_join",
     "run_operator",
+    "run_stages",
 ]

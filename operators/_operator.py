@@ -51,6 +51,10 @@ class OperatorContext(abc.ABC):
     #: The event-time watermark in force for this batch (``None`` before the
     #: first watermark), in milliseconds since the epoch.
     watermark: int | None
+    #: The watermark of the previous batch (``None`` before the first one):
+    #: Spark judges a row late against it (``event time <= previous_watermark``),
+    #: while state is evicted at :attr:`watermark`.
+    previous_watermark: int | None
     #: The batch's processing time, milliseconds since the epoch.
     processing_time: int
     #: Counters the operator adds to; summed over partitions per batch.

@@ -86,6 +86,9 @@ class _BatchRecord:
     watermark: int | None
     max_event_time: dict[int, int]
     metrics: dict[str, int] = field(default_factory=dict)
+    #: A multi-stage batch's winners, per stage operator (``winners`` is then
+    #: empty); see operators/_stage_runner.py.
+    stage_winners: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
 # -- the task, in the executors -------------------------------------------------------
@@ -226,6 +229,23 @@ def _with_meta(batch: pa.RecordBatch | None, schema: pa.Schema, meta: str | None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def _committed(result: DataFrame, batch_id: int, partitions: int) -> list[dict[str, Any]]:
+    """The metadata rows of a task result; a :class:`RunnerError` unless
+    every partition committed."""
+    from pyspark.sql import functions as F
+
+    metas = [
+        json.loads(r[0]) for r in result.where(F.col(_META).isNotNull()).select(_META).collect()
+    ]
+    got = sorted(m["partition"] for m in metas)
+    if got != list(range(partitions)):
+        raise RunnerError(
+            f"batch {batch_id}: tasks committed partitions {got}, expected "
+            f"0..{partitions - 1}; the batch is not recorded and runs again"
+        )
+    return metas
+
+
 # -- the driver -------------------------------------------------------------------------
 
 
@@ -263,10 +283,12 @@ class _Driver:
         self.sink = sink
         self.sequence = sequence
         self.history: list[_BatchRecord] = []
+        #: What query.json records as the operator (a pipeline names its stages).
+        self.name = plan.operator.name
         self.fs, root = filesystem_of(plan.location)
         self.root = f"{root}/_runner"
         self.fs.create_dir(f"{self.root}/batches", recursive=True)
-        self.log = structlog.get_logger("relstate").bind(operator=plan.operator.name)
+        self.log = structlog.get_logger("relstate").bind(operator=self.name)
 
     # -- records ----------------------------------------------------------------------
 
@@ -292,10 +314,12 @@ class _Driver:
         return self._read_record(batch_id)
 
     def _record_winners(self, record: _BatchRecord) -> None:
-        for partition, commit_id in record.winners.items():
-            checkpoint = PartitionCheckpoint(self.plan.location, self.plan.operator.name, partition)
-            if checkpoint.winner(record.batch_id) != commit_id:
-                checkpoint.record_winner(record.batch_id, commit_id)
+        by_operator = {self.plan.operator.name: record.winners, **record.stage_winners}
+        for name, winners in by_operator.items():
+            for partition, commit_id in winners.items():
+                checkpoint = PartitionCheckpoint(self.plan.location, name, partition)
+                if checkpoint.winner(record.batch_id) != commit_id:
+                    checkpoint.record_winner(record.batch_id, commit_id)
 
     def _read_record(self, batch_id: int) -> _BatchRecord:
         with self.fs.open_input_stream(self._record_path(batch_id)) as src:
@@ -306,6 +330,10 @@ class _Driver:
             watermark=obj["watermark"],
             max_event_time={int(k): v for k, v in obj["max_event_time"].items()},
             metrics=obj["metrics"],
+            stage_winners={
+                name: {int(k): v for k, v in winners.items()}
+                for name, winners in obj.get("stage_winners", {}).items()
+            },
         )
 
     def _processing_time(self, batch_id: int) -> int:
@@ -328,7 +356,7 @@ class _Driver:
         another partition count or key types."""
         path = f"{self.root}/query.json"
         shape = {
-            "operator": self.plan.operator.name,
+            "operator": self.name,
             "partitions": self.plan.partitions,
             "key_types": key_types,
         }
@@ -348,10 +376,6 @@ class _Driver:
     # -- one batch ---------------------------------------------------------------------
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         started = time.perf_counter()
         done = self._recorded(batch_id)
         if done is not None:
@@ -366,28 +390,7 @@ class _Driver:
         watermark = self._watermark(previous)
         self._check_input(batch)
         processing_time = self._processing_time(batch_id)
-        keyed = batch.repartition(
-            self.plan.partitions, *[F.col(f"__k{i}") for i in range(len(self.keys[0]))]
-        )
-        if self.sequence is not None:
-            keyed = keyed.sortWithinPartitions(self.sequence)
-        task = _run_task(self.plan, batch_id, previous, watermark, processing_time)
-        schema = from_arrow_schema(_task_schema(self.plan.operator))
-        result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            metas = [
-                json.loads(r[0])
-                for r in result.where(F.col(_META).isNotNull()).select(_META).collect()
-            ]
-            got = sorted(m["partition"] for m in metas)
-            if got != list(range(self.plan.partitions)):
-                raise RunnerError(
-                    f"batch {batch_id}: tasks committed partitions {got}, expected "
-                    f"0..{self.plan.partitions - 1}; the batch is not recorded and runs again"
-                )
-            self.sink(result.where(F.col(_META).isNull()).drop(_META), batch_id)
-        finally:
-            result.unpersist()
+        metas = self._run_batch(batch, batch_id, previous, watermark, processing_time)
         fault("runner.driver_after_sink")
         record = self._record(batch_id, previous, watermark, metas)
         # The batch record decides; the stores' winner records, written after
@@ -402,6 +405,35 @@ class _Driver:
             durationMs=int((time.perf_counter() - started) * 1000),
             **record.metrics,
         )
+
+    def _run_batch(
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        previous: _BatchRecord | None,
+        watermark: int | None,
+        processing_time: int,
+    ) -> list[dict[str, Any]]:
+        """Run the operator over the batch and hand its output to the sink;
+        the tasks' metadata rows (one per partition)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        keyed = batch.repartition(
+            self.plan.partitions, *[F.col(f"__k{i}") for i in range(len(self.keys[0]))]
+        )
+        if self.sequence is not None:
+            keyed = keyed.sortWithinPartitions(self.sequence)
+        task = _run_task(self.plan, batch_id, previous, watermark, processing_time)
+        schema = from_arrow_schema(_task_schema(self.plan.operator))
+        result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            metas = _committed(result, batch_id, self.plan.partitions)
+            self.sink(result.where(F.col(_META).isNull()).drop(_META), batch_id)
+        finally:
+            result.unpersist()
+        return metas
 
     def _watermark(self, previous: _BatchRecord | None) -> int | None:
         """Spark's rule: the minimum over inputs of (max event time seen
@@ -433,12 +465,17 @@ class _Driver:
                 totals[k] = totals.get(k, 0) + int(v)
             for side, t in m["max_event_time"].items():
                 seen[int(side)] = max(seen.get(int(side), t), t)
+        stage_winners: dict[str, dict[int, str]] = {}
+        for m in metas:
+            if "stage" in m:
+                stage_winners.setdefault(m["stage"], {})[m["partition"]] = m["commit_id"]
         return _BatchRecord(
             batch_id=batch_id,
-            winners={m["partition"]: m["commit_id"] for m in metas},
+            winners={m["partition"]: m["commit_id"] for m in metas if "stage" not in m},
             watermark=watermark,
             max_event_time=seen,
             metrics=totals,
+            stage_winners=stage_winners,
         )
 
     def _check_input(self, batch: DataFrame) -> None:
@@ -571,6 +608,17 @@ def run_operator(
     )
     driver = _Driver(plan, key_lists, sink, None if sequence is None else _SEQ)
     driver.check_query(key_types)
+    return _start(stream, driver, checkpoint, trigger, query_name)
+
+
+def _start(
+    stream: DataFrame,
+    driver: _Driver,
+    checkpoint: str,
+    trigger: Mapping[str, Any] | None,
+    query_name: str | None,
+) -> RelstateQuery:
+    """Start the streaming query that calls ``driver`` for each batch."""
     writer = stream.writeStream.foreachBatch(driver).option(
         "checkpointLocation", checkpoint.rstrip("/") + "/spark"
     )

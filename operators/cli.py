@@ -71,6 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--no-write", action="store_true", help="print the table only; write no files"
     )
+    bench.add_argument(
+        "--suite",
+        default="store",
+        metavar="NAME",
+        help=(
+            "what to measure: 'store' (the default: encodings, StateTable, checkpoints) "
+            "or an operator against its baseline on Spark: 'join', 'append_join', "
+            "'dedup', 'fkjoin' (these write docs/bench/NAME.md)"
+        ),
+    )
     bench.set_defaults(handler=_bench)
 
     demo = commands.add_parser(
@@ -217,7 +227,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from operators._bench import BenchConfig, charts, report, run
+    from operators._bench.suites import STORE
 
+    if args.suite != STORE:
+        return _bench_suite(args)
     if args.quick:
         config = BenchConfig.quick(args.rows or QUICK_ROWS, large_state=args.large_state)
     else:
@@ -237,6 +250,33 @@ def _bench(args: argparse.Namespace) -> int:
         print("matplotlib is not installed: no charts drawn", file=sys.stderr)
     page.write_text(report.markdown(result, images, page), encoding="utf-8")
     print(f"\nwrote {page}" + "".join(f", {p}" for p in (images or {}).values()))
+    return 0
+
+
+def _bench_suite(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from operators._bench import versus
+    from operators._bench.suites import load
+
+    try:
+        run = load(args.suite)
+    except KeyError as exc:
+        print(f"relstate bench: {exc.args[0]}", file=sys.stderr)
+        return 2
+
+    def progress(message: str) -> None:
+        print(f"relstate bench --suite {args.suite}: {message} ...", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix=f"relstate-bench-{args.suite}-") as tmp:
+        result = run(args.quick, Path(tmp), progress)
+    print(versus.terminal(result), end="")
+    if args.no_write:
+        return 0
+    page = Path("docs/bench") / f"{args.suite}.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(versus.markdown(result), encoding="utf-8")
+    print(f"\nwrote {page}")
     return 0
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 from encoding import TableSchema
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
+from operators._stage_harness import StageHarness
 from operators._task import BatchRun, state_metrics, state_tables
 from operators.errors import InputError
 from statestore import (
@@ -29,7 +30,7 @@ from statestore import (
     VersionNotFoundError,
 )
 
-__all__ = ["Emitted", "OperatorHarness"]
+__all__ = ["Emitted", "OperatorHarness", "StageHarness"]
 
 #: One emitted row: its kind and its values.
 Emitted = tuple[RowKind, tuple[Any, ...]]
@@ -187,8 +188,10 @@ class OperatorHarness:
             )
         return self._run
 
-    def _emitted(self, run: BatchRun) -> list[Emitted]:
-        batch = run.drain()
+    def _emitted(self, run: BatchRun, batch: pa.RecordBatch | None = None) -> list[Emitted]:
+        """What ``run`` emitted since the last drain (or ``batch``, what its
+        ``finish`` returned), added to :attr:`output`."""
+        batch = run.drain() if batch is None else batch
         kinds = batch.column(ROW_KIND).to_pylist()
         names = [f.name for f in self.operator.output]
         columns = [batch.column(n).to_pylist() for n in names]
@@ -286,8 +289,8 @@ class OperatorHarness:
         fire first."""
         run = self._batch_run()
         run.fire_timers()
-        run.finish()
-        self._emitted(run)
+        # Rows emitted by the operator's close come back from finish.
+        self._emitted(run, run.finish())
         metrics = {**run.metrics, **state_metrics(self._state.tables)}
         version = self.batch_id
         self._state.commit(version)

@@ -73,8 +73,13 @@ STORE_POINTS: tuple[str, ...] = (
 )
 #: The Spark runner's: a task that committed its partition but died before
 #: returning its output; a driver that wrote a batch's output but died before
-#: recording the batch.
-RUNNER_POINTS: tuple[str, ...] = ("runner.task_after_commit", "runner.driver_after_sink")
+#: recording the batch; a driver of a multi-stage batch that ran a stage but
+#: died before the next one.
+RUNNER_POINTS: tuple[str, ...] = (
+    "runner.task_after_commit",
+    "runner.driver_after_sink",
+    "runner.driver_between_stages",
+)
 #: Every fault point.
 POINTS: tuple[str, ...] = STORE_POINTS + RUNNER_POINTS
 _KNOWN = frozenset(POINTS)

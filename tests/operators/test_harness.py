@@ -92,6 +92,13 @@ class Inserter(Probe):
         ctx.table("seen").insert(row)
 
 
+class Closer(Probe):
+    """Probe that emits ``("closed", batch_id)`` when a batch closes."""
+
+    def close(self, ctx: OperatorContext) -> None:
+        ctx.emit(("closed", ctx.batch_id))
+
+
 def fired(name: str, time: int, domain: str = "event_time") -> tuple[RowKind, tuple[str, int]]:
     """What Probe emits when a timer fires."""
     return INS, (f"fired:{domain}:{name}", time)
@@ -192,6 +199,15 @@ class TestOperatorHarness:
         harness.process_element(("b", 1))
         assert harness.commit() == 2
         assert harness.batch_id == 3
+
+    def test_rows_emitted_in_close_reach_the_output(
+        self, make_harness: Callable[..., OperatorHarness]
+    ) -> None:
+        """What an operator emits in close (at commit) is in the output."""
+        harness = make_harness(Closer())
+        harness.process_element(("a", 1))
+        harness.commit()
+        assert harness.output == [(INS, ("a", 1)), (INS, ("closed", 0))]
 
     def test_restore_gives_the_state_after_the_version(self, harness: OperatorHarness) -> None:
         """restore(v) brings back the state committed as v, drops the batch in

@@ -1,0 +1,129 @@
+"""``relstate bench --suite append_join``: AppendJoin through relstate's
+runner against Spark's native stream-stream join, same files, same batches,
+same SparkSession, in one run; and the harness's rows per second per
+partition as a reading."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from operators._bench.append_join_workload import (
+    AppendWorkload,
+    run_harness,
+    run_relstate,
+    run_spark,
+    write_files,
+)
+from operators._bench.versus import Comparison, SuiteResult
+
+__all__ = ["run"]
+
+_SPARK = "Spark stream-stream join"
+PARTITIONS = 2
+
+
+def _rate(rows: int, seconds: float) -> str:
+    return f"{rows / seconds / 1e3:.1f} k rows/s"
+
+
+def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
+    """200,000 rows per side in 5 batches (12,000 in 3 with ``quick``)."""
+    from operators._spark import local_spark
+
+    # --quick must end within two minutes on a loaded 2-core machine, where a
+    # batch costs seconds whatever its size: fewer rows and fewer batches.
+    workload = AppendWorkload(rows=12_000, batches=3) if quick else AppendWorkload(rows=200_000)
+    sides = workload.sides()
+    total = 2 * workload.rows
+    progress("harness, one partition")
+    harness_seconds, harness_out = run_harness(workload, sides, "rocksdb", workdir / "harness")
+    dirs = write_files(sides, workdir / "input")
+    progress("starting Spark")
+    spark = local_spark(
+        "relstate-bench-append-join", {"spark.sql.shuffle.partitions": str(PARTITIONS)}
+    )
+    if not quick:
+        progress("warming up both on one small batch")
+        small = AppendWorkload(rows=2_000, batches=1, seed=2)
+        warm = write_files(small.sides(), workdir / "warm-input")
+        run_relstate(spark, small, warm, workdir / "warm-relstate", PARTITIONS)
+        run_spark(spark, small, warm, workdir / "warm-spark")
+    progress("relstate's runner")
+    relstate_seconds, history = run_relstate(
+        spark, workload, dirs, workdir / "relstate", PARTITIONS
+    )
+    floor = None
+    if not quick:
+        progress("the runner around an operator that does nothing")
+        floor, _ = run_relstate(
+            spark, workload, dirs, workdir / "discard", PARTITIONS, discard=True
+        )
+    progress("Spark's native join")
+    spark_seconds = run_spark(spark, workload, dirs, workdir / "spark")
+    spark_out = spark.read.parquet(str(workdir / "spark" / "output")).count()
+    relstate_out = sum(h["metrics"]["numOutputRows"] for h in history)
+    if relstate_out != spark_out:
+        raise RuntimeError(
+            f"relstate emitted {relstate_out} rows and Spark {spark_out}; the comparison "
+            "would not be of the same work"
+        )
+    batch_ms = [
+        f"{h['metrics'].get('allUpdatesTimeMs', 0)}+{h['metrics'].get('evictionTimeMs', 0)}"
+        f"+{h['metrics'].get('commitTimeMs', 0)}"
+        for h in history
+    ]
+    comparison = Comparison(
+        f"inner join, {workload.batches} batches, {PARTITIONS} partitions",
+        total,
+        relstate_seconds,
+        spark_seconds,
+        _SPARK,
+        goal=3.0,
+    )
+    readings = [
+        (
+            "harness, one partition, RocksDB: rows per second",
+            f"{_rate(total, harness_seconds)} ({harness_out:,} output rows)",
+        ),
+        ("output rows (relstate = Spark)", f"{relstate_out:,}"),
+        (
+            "relstate per batch: update + eviction + commit ms, summed over partitions",
+            ", ".join(batch_ms),
+        ),
+    ]
+    if floor is not None:
+        readings.append(
+            (
+                "runner alone (same files, an operator that keeps and emits nothing)",
+                f"{floor:.2f} s of relstate's {relstate_seconds:.2f} s",
+            )
+        )
+    description = f"""
+Two streams of events `(ad_id, ts, v)`, {workload.rows:,} rows per side in
+{workload.batches} micro-batches (one Parquet file per side per batch, read with
+`maxFilesPerTrigger=1`), event times moving {workload.span_ms // 1000} s per batch,
+ad ids from {workload.keys:,} values. Inner join on `ad_id` and
+`r.ts BETWEEN l.ts - {workload.range_ms // 1000} s AND l.ts + {workload.range_ms // 1000} s`,
+watermark delay {workload.delay_ms // 1000} s on both sides.
+
+Both run in one local SparkSession ({PARTITIONS} shuffle partitions, the JVM
+started before timing; outside `--quick` both first run one small batch to warm
+the JVM, and relstate runs first, which favours Spark if anything), trigger
+`availableNow`, Spark's no-data batches off so that both run one batch per pair
+of files: **{_SPARK}** writes its output with
+the Parquet file sink; relstate's `AppendJoin` runs through `run_operator`
+({PARTITIONS} partitions, RocksDB state checkpointed per batch) and writes
+through `ParquetSink`. Time is wall time from `start()` to the end of the last
+batch. Both emit the same number of rows (checked). The harness reading is the
+same data through `OperatorHarness` on one partition (RocksDB), commits included.
+"""
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+    return SuiteResult(
+        suite="append_join",
+        title="Append-mode join: AppendJoin against Spark's stream-stream join",
+        description=description,
+        comparisons=[comparison],
+        readings=readings,
+    )

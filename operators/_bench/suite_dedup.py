@@ -1,0 +1,313 @@
+"""``relstate bench --suite dedup``: relstate's deduplication against Spark's.
+
+Three comparisons, each side on the same Parquet files read one per batch
+(``maxFilesPerTrigger=1``), in one Spark session, timed from query start to
+its end (``availableNow``), output written to Parquet on both sides:
+
+- ``DropDuplicates(k, ts)`` against Spark's ``dropDuplicates(["k", "ts"])``
+  with a watermark (Spark's default HDFS-backed state store);
+- ``DropDuplicatesWithinWatermark(k)`` against Spark's
+  ``dropDuplicatesWithinWatermark(["k"])``;
+- keep-first written on relstate (``Deduplicate(keep="first")``) against the
+  same logic as a ``transformWithStateInPandas`` processor on Spark's RocksDB
+  state store provider.
+
+Spark runs without no-data batches so that both sides run the same batches
+(see tests/operators/dedup/test_drop_duplicates_spark.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import structlog
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pyspark.sql.types import BooleanType, StructField, StructType
+
+from operators._bench.versus import Comparison, SuiteResult
+from operators._runner import RelstateQuery, Watermark, run_operator
+from operators._sinks import ParquetSink
+from operators._spark import local_spark
+from operators.dedup import Deduplicate, DropDuplicates, DropDuplicatesWithinWatermark
+from operators.demo import write_batches
+
+__all__ = ["KeepFirstProcessor", "events", "run"]
+
+_EPOCH_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+#: Event times are 10 ms apart per key; the watermark delay spans 1.5 batches'
+#: worth of keys, so state is evicted as the stream moves on.
+_STEP_MS = 10
+_PARTITIONS = 4
+_NO_DATA = "spark.sql.streaming.noDataMicroBatches.enabled"
+_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def schema(tz: str = "UTC") -> pa.Schema:
+    """``(k, ts, v)``; Spark hands ``ts`` to Python in the session time zone."""
+    return pa.schema(
+        [
+            pa.field("k", pa.int64()),
+            pa.field("ts", pa.timestamp("us", tz=tz), nullable=False),
+            pa.field("v", pa.int64()),
+        ]
+    )
+
+
+def events(rows: int, keys: int, batches: int, seed: int = 0) -> list[pa.Table]:
+    """``rows`` rows over exactly ``keys`` keys in ``batches`` batches. Keys
+    come in ranges, one per batch, each key once in its own batch; the other
+    rows repeat keys of this range and the one before. A key's event time is
+    fixed (``k * 10 ms``), so a repeat is a duplicate for every operator."""
+    if rows < keys:
+        raise ValueError(f"{rows} rows cannot hold {keys} distinct keys")
+    rng = np.random.default_rng(seed)
+    per_range, per_batch = keys // batches, rows // batches
+    out = []
+    for b in range(batches):
+        last = b == batches - 1
+        low, high = b * per_range, keys if last else (b + 1) * per_range
+        count = rows - per_batch * (batches - 1) if last else per_batch
+        repeats = rng.integers(max(0, b - 1) * per_range, high, count - (high - low))
+        k = np.concatenate([np.arange(low, high), repeats])
+        rng.shuffle(k)
+        out.append(
+            pa.table(
+                {
+                    "k": pa.array(k, pa.int64()),
+                    "ts": pa.array((_EPOCH_MS + k * _STEP_MS) * 1000, pa.timestamp("us", tz="UTC")),
+                    "v": pa.array(rng.integers(0, 1_000_000, len(k)), pa.int64()),
+                }
+            )
+        )
+    return out
+
+
+class KeepFirstProcessor(StatefulProcessor):
+    """Keep-first per key as a ``transformWithStateInPandas`` processor: one
+    value state per key that says it was seen; the first row of an unseen key
+    goes out."""
+
+    def init(self, handle: Any) -> None:
+        self.seen = handle.getValueState("seen", StructType([StructField("seen", BooleanType())]))
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        if not self.seen.exists():
+            self.seen.update((True,))
+            yield next(rows).head(1)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _stream(spark: Any, source: Path, tz: str) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return (
+        spark.readStream.schema(from_arrow_schema(schema(tz)))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+    )
+
+
+def _timed(start: Callable[[], Any]) -> tuple[float, Any]:
+    began = time.perf_counter()
+    query = start()
+    query.awaitTermination()
+    return time.perf_counter() - began, query
+
+
+def _spark_query(spark: Any, frame: Any, work: Path, conf: dict[str, str]) -> Any:
+    before = {k: spark.conf.get(k) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        return (
+            frame.writeStream.format("parquet")
+            .option("path", str(work / "output"))
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .outputMode("append")
+            .trigger(availableNow=True)
+            .start()
+        )
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+
+
+class _Sides:
+    """Starts each side's query on one source."""
+
+    def __init__(self, spark: Any, source: Path, workdir: Path, delay_ms: int) -> None:
+        self.spark = spark
+        self.source = source
+        self.workdir = workdir
+        self.delay_ms = delay_ms
+        self.tz = spark.conf.get("spark.sql.session.timeZone")
+        self.runs = 0
+
+    def _work(self, label: str) -> Path:
+        self.runs += 1
+        return self.workdir / f"{self.runs:02d}-{label}"
+
+    def spark_dedup(self, within: bool) -> tuple[float, Any]:
+        frame = _stream(self.spark, self.source, self.tz).withWatermark(
+            "ts", f"{self.delay_ms} milliseconds"
+        )
+        frame = (
+            frame.dropDuplicatesWithinWatermark(["k"])
+            if within
+            else frame.dropDuplicates(["k", "ts"])
+        )
+        work = self._work("spark")
+        return _timed(lambda: _spark_query(self.spark, frame, work, {_NO_DATA: "false"}))
+
+    def spark_keep_first(self) -> tuple[float, Any]:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        frame = (
+            _stream(self.spark, self.source, self.tz)
+            .groupBy("k")
+            .transformWithStateInPandas(
+                statefulProcessor=KeepFirstProcessor(),
+                outputStructType=from_arrow_schema(schema(self.tz)),
+                outputMode="Append",
+                timeMode="None",
+            )
+        )
+        work = self._work("tws")
+        conf = {_NO_DATA: "false", _PROVIDER: _ROCKSDB}
+        return _timed(lambda: _spark_query(self.spark, frame, work, conf))
+
+    def relstate(self, operator: Any) -> tuple[float, RelstateQuery]:
+        work = self._work("relstate")
+        return _timed(
+            lambda: run_operator(
+                _stream(self.spark, self.source, self.tz),
+                operator,
+                keys=["k"],
+                partitions=_PARTITIONS,
+                checkpoint=str(work / "checkpoint"),
+                sink=ParquetSink(str(work / "output")),
+                watermarks={0: Watermark("ts", self.delay_ms)},
+                trigger={"availableNow": True},
+                log_level=logging.WARNING,
+            )
+        )
+
+
+def _operators(tz: str, delay_ms: int) -> dict[str, Any]:
+    s = schema(tz)
+    return {
+        "drop": DropDuplicates(s, ["k", "ts"], event_time="ts"),
+        "within": DropDuplicatesWithinWatermark(s, ["k"], event_time="ts", delay_ms=delay_ms),
+        "first": Deduplicate(s, ["k"], keep="first"),
+    }
+
+
+def _batch_ms(query: Any) -> str:
+    """The mean wall time of a query's batches, and of the batch body (for
+    relstate's ``foreachBatch`` query, the whole runner's batch), from Spark's
+    progress reports."""
+    reports = [json.loads(p.json)["durationMs"] for p in query.recentProgress]
+    if not reports:
+        return "no batches"
+    total = sum(r.get("triggerExecution", 0) for r in reports) / len(reports)
+    body = sum(r.get("addBatch", 0) for r in reports) / len(reports)
+    return f"{total:.0f} ms per batch ({body:.0f} ms in addBatch)"
+
+
+def _profile(query: RelstateQuery) -> str:
+    """Where relstate's time went, summed over batches and partitions."""
+    totals: dict[str, int] = {}
+    for record in query.history:
+        for k in ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs"):
+            totals[k] = totals.get(k, 0) + int(record["metrics"].get(k, 0))
+    return (
+        f"operator {totals['allUpdatesTimeMs'] / 1000:.2f} s, eviction "
+        f"{totals['allRemovalsTimeMs'] / 1000:.2f} s, state commit "
+        f"{totals['commitTimeMs'] / 1000:.2f} s (task seconds over {_PARTITIONS} partitions)"
+    )
+
+
+def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
+    """Time each comparison's two sides on the same files, in one session."""
+    rows, keys, n = (4_000, 2_000, 2) if quick else (200_000, 100_000, 5)
+    delay_ms = (keys // n) * _STEP_MS * 3 // 2
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    progress("starting Spark")
+    spark = local_spark("relstate-bench-dedup", {"spark.sql.shuffle.partitions": str(_PARTITIONS)})
+    try:
+        warm = workdir / "warm"
+        write_batches(warm, events(200, 100, 1, seed=1), prefix="events")
+        source = workdir / "source"
+        write_batches(source, events(rows, keys, n), prefix="events")
+        progress("warming up both sides")
+        sides = _Sides(spark, warm, workdir, delay_ms)
+        ops = _operators(sides.tz, delay_ms)
+        sides.spark_dedup(within=False)
+        sides.relstate(ops["drop"])
+        sides.source = source
+        comparisons = []
+        readings = []
+        for label, key, within, name in (
+            ("dropDuplicates(k, ts) + watermark", "drop", False, "Spark dropDuplicates"),
+            (
+                "dropDuplicatesWithinWatermark(k)",
+                "within",
+                True,
+                "Spark dropDuplicatesWithinWatermark",
+            ),
+        ):
+            progress(f"{label}: Spark")
+            spark_s, native = sides.spark_dedup(within)
+            progress(f"{label}: relstate")
+            ours_s, query = sides.relstate(_operators(sides.tz, delay_ms)[key])
+            comparisons.append(Comparison(label, rows, ours_s, spark_s, name, goal=3.0))
+            readings.append((f"relstate {label}", _profile(query)))
+            readings.append((f"batches, relstate {label}", _batch_ms(query)))
+            readings.append((f"batches, {name}", _batch_ms(native)))
+        progress("keep-first: transformWithStateInPandas on RocksDB")
+        spark_s, native = sides.spark_keep_first()
+        progress("keep-first: relstate")
+        ours_s, query = sides.relstate(_operators(sides.tz, delay_ms)["first"])
+        comparisons.append(
+            Comparison(
+                "keep-first per key",
+                rows,
+                ours_s,
+                spark_s,
+                "transformWithStateInPandas, RocksDB provider",
+                goal=5.0,
+            )
+        )
+        readings.append(("relstate keep-first", _profile(query)))
+        readings.append(("batches, relstate keep-first", _batch_ms(query)))
+        readings.append(("batches, transformWithStateInPandas keep-first", _batch_ms(native)))
+    finally:
+        spark.stop()
+    description = (
+        f"{rows:,} rows over {keys:,} distinct keys in {n} batches (one Parquet file "
+        f"each, `maxFilesPerTrigger=1`), watermark delay {delay_ms / 1000:.0f} s, "
+        f"{_PARTITIONS} partitions on both sides, local[2]. Each side is one streaming "
+        "query with an `availableNow` trigger, timed from start to end, writing its "
+        "output to Parquet; a warm-up query of each kind runs first. Spark's native "
+        "operators use its default state store; the `transformWithStateInPandas` "
+        "processor uses the RocksDB provider (it requires it). No-data batches are off "
+        "on Spark's side so both run the same batches."
+    )
+    return SuiteResult(
+        suite="dedup",
+        title="Deduplication: relstate against Spark",
+        description=description,
+        comparisons=comparisons,
+        readings=readings,
+    )

@@ -1,0 +1,43 @@
+"""The operator suites of ``relstate bench --suite NAME``, by name.
+
+Each suite is a module with ``run(quick, workdir, progress) -> SuiteResult``;
+it is imported only when asked for, since most start Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from operators._bench.versus import SuiteResult
+
+__all__ = ["STORE", "SUITES", "Suite", "load"]
+
+#: The state-store benchmark (encodings, StateTable vs raw, checkpoints).
+STORE = "store"
+
+#: Suite name -> its module.
+SUITES: dict[str, str] = {
+    "join": "operators._bench.suite_join",
+    "append_join": "operators._bench.suite_append_join",
+    "dedup": "operators._bench.suite_dedup",
+    "fkjoin": "operators._bench.suite_fkjoin",
+}
+
+
+class Suite(Protocol):
+    """What a suite module provides."""
+
+    def __call__(
+        self, quick: bool, workdir: Path, progress: Callable[[str], None]
+    ) -> SuiteResult: ...
+
+
+def load(name: str) -> Suite:
+    """The ``run`` function of suite ``name``."""
+    if name not in SUITES:
+        raise KeyError(f"no benchmark suite {name!r}; there are {[STORE, *sorted(SUITES)]}")
+    run: Suite = importlib.import_module(SUITES[name]).run
+    return run

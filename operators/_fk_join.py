@@ -1,0 +1,245 @@
+"""The foreign-key table join (Kafka Streams KIP-213): its description, the
+preparation of left rows, and its two stages.
+
+The left table is keyed by K and its rows carry a foreign key FK; the right
+table is keyed by FK. The join runs as two keyed stages per micro-batch
+(docs/operators/fk-join.md):
+
+1. ``subscriptions``, partitioned by FK: the right table and the
+   subscriptions ``FK | K`` (with a hash of K's left row). A left change
+   subscribes K to its FK (and a retraction unsubscribes it from the old one);
+   each subscription and each right change answers every subscriber with a
+   response ``(K, hash, right row)``.
+2. ``results``, partitioned by K: the left table. Each K's result is resolved
+   against K's left row as it stands at the end of the batch; a response whose
+   hash is not that row's is stale and dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from operators._fk_stages import FK, HASH, ResultStage, SubscriptionStage
+from operators._stages import Source, Stage
+from operators.errors import InputError
+from statestore import StoreConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from operators._runner import RelstateQuery
+    from operators._sinks import BatchSink
+
+__all__ = ["FkJoin", "Joiner", "left_row_hash", "run_fk_join"]
+
+#: ``(left_row, right_row or None) -> output row``.
+Joiner = Callable[[tuple[Any, ...], tuple[Any, ...] | None], Sequence[Any]]
+_HOW = ("inner", "left")
+
+
+def left_row_hash(row: Sequence[Any]) -> bytes:
+    """A 128-bit digest of a left row: the version a response is checked
+    against. ``repr`` of Arrow's Python values is stable across processes
+    (Python's own ``hash`` is not)."""
+    return hashlib.blake2b(repr(tuple(row)).encode(), digest_size=16).digest()
+
+
+class FkJoin:
+    """A foreign-key join of a left and a right changelog table.
+
+    ``left`` / ``right`` are the tables' schemas, ``left_key`` the left's
+    primary key columns, ``right_key`` the right's key column. ``foreign_key``
+    is a left column, or a picklable function of the left row (a tuple in
+    ``left``'s order) that returns the FK or ``None``. ``how`` is ``"inner"``
+    or ``"left"``. ``joiner`` maps ``(left_row, right_row or None)`` to an
+    output row of schema ``output``; by default the output is the left row
+    followed by the right row. The output must hold the left key columns: it
+    is an upsert changelog keyed by them. ``sequence_column`` (int64, in both
+    inputs) orders each table's changes.
+    """
+
+    def __init__(
+        self,
+        left: pa.Schema,
+        left_key: Sequence[str],
+        right: pa.Schema,
+        right_key: str,
+        foreign_key: str | Callable[[tuple[Any, ...]], Any],
+        how: str = "inner",
+        joiner: Joiner | None = None,
+        output: pa.Schema | None = None,
+        name: str = "fkjoin",
+        sequence_column: str = "seq",
+    ) -> None:
+        if how not in _HOW:
+            raise InputError(f"how must be one of {_HOW}, got {how!r}")
+        for table, schema, cols in (("left", left, left_key), ("right", right, [right_key])):
+            missing = [c for c in cols if c not in schema.names]
+            if missing or not cols:
+                raise InputError(
+                    f"the {table} table's key {list(cols)} must be columns of it; it has "
+                    f"{schema.names}"
+                )
+        fk_type = right.field(right_key).type
+        if isinstance(foreign_key, str):
+            if foreign_key not in left.names:
+                raise InputError(
+                    f"foreign_key {foreign_key!r} is not a left column ({left.names}); give a "
+                    "column or a function of the left row"
+                )
+            if left.field(foreign_key).type != fk_type:
+                raise InputError(
+                    f"foreign_key {foreign_key!r} has type {left.field(foreign_key).type}, the "
+                    f"right key {right_key!r} has {fk_type}; cast one so that they hash alike"
+                )
+        if (joiner is None) != (output is None):
+            raise InputError("give both a joiner and its output schema, or neither")
+        if output is None:
+            clash = set(left.names) & set(right.names)
+            if clash:
+                raise InputError(
+                    f"the default output (left row then right row) would repeat columns "
+                    f"{sorted(clash)}; rename them or give a joiner and its output schema"
+                )
+            output = pa.schema([*left, *right])
+        missing = [c for c in left_key if c not in output.names]
+        if missing:
+            raise InputError(
+                f"the output must hold the left key {list(left_key)} (it is keyed by it); "
+                f"it has {output.names}"
+            )
+        self.left = left
+        self.left_key = tuple(left_key)
+        self.right = right
+        self.right_key = right_key
+        self.foreign_key = foreign_key
+        self.how = how
+        self.joiner: Joiner = joiner or _concatenate(len(right))
+        # A delete carries only the key: every other column may be null.
+        self.output = pa.schema(
+            [f if f.name in self.left_key else f.with_nullable(True) for f in output]
+        )
+        self.name = name
+        self.sequence_column = sequence_column
+        self.fk_type = fk_type
+
+    # -- preparing left rows -----------------------------------------------------------
+
+    def foreign_key_of(self, row: tuple[Any, ...]) -> Any:
+        """The FK of a left row (``None``: it joins nothing)."""
+        if isinstance(self.foreign_key, str):
+            return row[self.left.get_field_index(self.foreign_key)]
+        return self.foreign_key(row)
+
+    def prepare_left(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (left rows, other columns kept) with two more columns: the
+        row's FK and the hash of the row. Both stages read them, so the FK
+        function runs once per row and every stage sees the same hash."""
+        columns = [batch.column(n).to_pylist() for n in self.left.names]
+        rows = list(zip(*columns, strict=True)) if columns else []
+        fks = [self.foreign_key_of(r) for r in rows]
+        hashes = [left_row_hash(r) for r in rows]
+        try:
+            fk_array = pa.array(fks, type=self.fk_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InputError(
+                f"the foreign key of a left row must be a {self.fk_type} (the right key's "
+                f"type) or None: {exc}"
+            ) from exc
+        arrays = [*batch.columns, fk_array, pa.array(hashes, type=pa.binary())]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.prepared_schema(batch.schema))
+
+    def prepared_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The schema :meth:`prepare_left` gives a left batch of ``schema``."""
+        return pa.schema([*schema, pa.field(FK, self.fk_type), pa.field(HASH, pa.binary())])
+
+    # -- the stages -------------------------------------------------------------------
+
+    def stages(self, left: int = 0, right: int = 1) -> list[Stage]:
+        """The two stages, reading prepared left rows from query input
+        ``left`` and right rows from input ``right``."""
+        subscriptions = SubscriptionStage(self)
+        results = ResultStage(self)
+        return [
+            Stage(
+                subscriptions,
+                (
+                    Source(left, (FK,), drop_null_keys=True),
+                    Source(right, (self.right_key,)),
+                ),
+            ),
+            Stage(
+                results,
+                (
+                    Source(left, self.left_key),
+                    Source(
+                        0, self.left_key, from_stage=True, sequence=subscriptions.response_sequence
+                    ),
+                ),
+                # The left rows, then the responses: a result is resolved at
+                # the end of the batch, so their interleaving does not matter.
+                sides_in_turn=True,
+            ),
+        ]
+
+
+def run_fk_join(
+    left: DataFrame,
+    right: DataFrame,
+    join: FkJoin,
+    partitions: int,
+    checkpoint: str,
+    sink: BatchSink,
+    store_config: StoreConfig | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    log_level: int | None = None,
+) -> RelstateQuery:
+    """Run the foreign-key ``join`` of two streaming changelogs in Spark.
+
+    ``left`` has ``join.left``'s columns, ``right`` ``join.right``'s, both
+    the sequence column and a ``row_kind`` column (docs/operators/fk-join.md:
+    the left changelog must carry before-images). ``sink`` gets the upsert
+    changelog keyed by the left key. The rest is :func:`operators.run_stages`.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from operators._stage_runner import run_stages
+
+    schema = join.prepared_schema(to_arrow_schema(left.schema))
+
+    def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield join.prepare_left(batch)
+
+    prepared = left.mapInArrow(prepare, from_arrow_schema(schema))
+    return run_stages(
+        [prepared, right],
+        join.stages(),
+        partitions,
+        checkpoint,
+        sink,
+        join.sequence_column,
+        store_config=store_config,
+        trigger=trigger,
+        query_name=query_name,
+        log_level=log_level,
+    )
+
+
+def _concatenate(right_width: int) -> Joiner:
+    return _Concatenate(right_width)
+
+
+class _Concatenate:
+    """The default joiner: the left row, then the right row (nulls without one)."""
+
+    def __init__(self, right_width: int) -> None:
+        self.right_width = right_width
+
+    def __call__(self, left: tuple[Any, ...], right: tuple[Any, ...] | None) -> tuple[Any, ...]:
+        return (*left, *(right if right is not None else (None,) * self.right_width))

@@ -1,0 +1,254 @@
+"""The two stages of the foreign-key join (see ``operators._fk_join``).
+
+:class:`SubscriptionStage` runs where the right table lives (partitioned by
+FK); :class:`ResultStage` where the left table lives (partitioned by K).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators._changelog import RowKind
+from operators._operator import Operator, OperatorContext
+from operators.errors import InputError, RunnerError
+
+if TYPE_CHECKING:
+    from operators._fk_join import FkJoin
+
+__all__ = ["FK", "HASH", "ResultStage", "SubscriptionStage"]
+
+#: The prepared left row's foreign key and the hash of the row.
+FK = "__fk"
+HASH = "__hash"
+_SEQ = "__seq"
+_RIGHT = "__right_"
+_EMITTED = "__emitted"
+
+
+class SubscriptionStage(Operator):
+    """Keyed by FK: the right table, and which K subscribe to which FK.
+
+    Input 0 is the left table's subscriptions ``(FK, K, hash, seq)``: an
+    accumulate row (``+I``/``+U``) subscribes K to FK and is answered at once
+    with FK's right row; a retraction (``-U``/``-D``, the before-image)
+    unsubscribes K, answered by nothing (KAFKA-16394: an FK change must not
+    produce a null result of its own). Input 1 is the right changelog: an
+    insert, update or delete of FK answers every K subscribed to FK (a prefix
+    scan of ``FK | K``). ``-U`` is skipped: the ``+U`` after it replaces the row.
+    Every answer is a response ``(K, hash, right row or nulls, seq)``.
+    """
+
+    def __init__(self, join: FkJoin) -> None:
+        self.join = join
+        self.name = f"{join.name}-subscriptions"
+        seq = pa.field(join.sequence_column, pa.int64(), nullable=False)
+        keys = [join.left.field(k) for k in join.left_key]
+        digest = pa.field(HASH, pa.binary(), nullable=False)
+        self.inputs = [
+            pa.schema([pa.field(FK, join.fk_type), *keys, digest, seq]),
+            pa.schema([*join.right, seq]),
+        ]
+        self.output = pa.schema(
+            [
+                *keys,
+                digest,
+                *[pa.field(_RIGHT + f.name, f.type) for f in join.right],
+                pa.field(_SEQ, pa.int64(), nullable=False),
+            ]
+        )
+        #: The output column that orders responses.
+        self.response_sequence = _SEQ
+        subscription = pa.schema([pa.field(FK, join.fk_type, nullable=False), *keys, digest])
+        self.tables = [
+            TableSchema(1, join.right, [join.right_key], name="right"),
+            TableSchema(2, subscription, [FK, *join.left_key], name="subscriptions"),
+        ]
+        self._right_key = join.right.get_field_index(join.right_key)
+        self._no_right = (None,) * len(join.right)
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        if side == 0:
+            self._subscription(ctx, row, kind)
+        else:
+            self._right_change(ctx, row, kind)
+
+    def _subscription(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
+        fk, key, digest, seq = row[0], row[1:-2], row[-2], row[-1]
+        if fk is None:
+            return
+        subscriptions = ctx.table("subscriptions")
+        if kind.is_retract:
+            subscriptions.delete_key((fk, *key))
+            return
+        subscriptions.upsert((fk, *key, digest))
+        right = ctx.table("right").get_row((fk,))
+        ctx.emit((*key, digest, *(right or self._no_right), seq))
+
+    def _right_change(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
+        if kind is RowKind.UPDATE_BEFORE:
+            return
+        new, seq = row[:-1], row[-1]
+        fk = new[self._right_key]
+        if fk is None:
+            raise InputError(
+                f"operator {self.name!r}: a right row with a null key {self.join.right_key!r}: "
+                f"{new!r}; the right table is keyed by it"
+            )
+        right = ctx.table("right")
+        if kind is RowKind.DELETE:
+            if right.delete_key((fk,)) is None:
+                return
+            answer = self._no_right
+        else:
+            if right.get_row((fk,)) == new:
+                return
+            right.upsert(new)
+            answer = new
+        for subscription in ctx.table("subscriptions").scan((fk,)):
+            ctx.emit((*subscription[1:], *answer, seq))
+
+    def close(self, ctx: OperatorContext) -> None:
+        ctx.count("numSubscriptionRows", ctx.table("subscriptions").row_count)
+
+
+@dataclass
+class _Pending:
+    """One partition's batch in progress in :class:`ResultStage`."""
+
+    #: Every K the batch touched, in the order it first did.
+    touched: dict[tuple[Any, ...], None] = field(default_factory=dict)
+    #: For each K the left input touched: whether K had an output row before.
+    prior: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    #: For each K: per left-row hash, the newest response (seq, right row).
+    responses: dict[tuple[Any, ...], dict[bytes, tuple[int, tuple[Any, ...] | None]]] = field(
+        default_factory=dict
+    )
+
+
+class ResultStage(Operator):
+    """Keyed by K: the left table, and each K's result.
+
+    Input 0 is the left changelog (prepared: with FK and hash), which must
+    carry before-images: ``-U``/``-D`` retract the row the table holds, ``+I``/
+    ``+U`` add one where none is. Input 1 is the responses. At the end of the
+    batch each touched K is resolved against its left row as it then stands:
+    only a response with that row's hash counts (the newest by sequence), the
+    others were computed for an older version of the row and are dropped
+    (``numResultsDroppedAsStale``). K's output changes only when its result
+    does: a joined row (``+I``, or ``+U`` over an earlier one) or a delete.
+    """
+
+    def __init__(self, join: FkJoin) -> None:
+        self.join = join
+        self.name = f"{join.name}-results"
+        seq = pa.field(join.sequence_column, pa.int64(), nullable=False)
+        fk = pa.field(FK, join.fk_type)
+        digest = pa.field(HASH, pa.binary(), nullable=False)
+        self.inputs = [
+            pa.schema([*join.left, fk, digest, seq]),
+            SubscriptionStage(join).output,
+        ]
+        self.output = join.output
+        emitted = pa.field(_EMITTED, pa.bool_(), nullable=False)
+        self.tables = [
+            TableSchema(1, pa.schema([*join.left, fk, digest, emitted]), join.left_key, name="left")
+        ]
+        self._width = len(join.left)
+        self._keys = [join.left.get_field_index(k) for k in join.left_key]
+        self._out_keys = [join.output.get_field_index(k) for k in join.left_key]
+        self._right_key = join.right.get_field_index(join.right_key)
+        self._pending: dict[int, _Pending] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Batches in progress belong to this process; a pickled copy starts empty.
+        return {**self.__dict__, "_pending": {}}
+
+    def open(self, ctx: OperatorContext) -> None:
+        self._pending[id(ctx)] = _Pending()
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        pending = self._pending[id(ctx)]
+        if side == 1:
+            n = len(self._keys)
+            key, digest, right, seq = row[:n], row[n], row[n + 1 : -1], row[-1]
+            pending.touched[key] = None
+            answers = pending.responses.setdefault(key, {})
+            if digest not in answers or answers[digest][0] < seq:
+                answers[digest] = (seq, right if right[self._right_key] is not None else None)
+            return
+        key = tuple(row[i] for i in self._keys)
+        table = ctx.table("left")
+        stored = table.get_row(key)
+        pending.touched[key] = None
+        if kind.is_retract:
+            if stored is None or stored[self._width + 1] != row[self._width + 1]:
+                raise InputError(
+                    f"operator {self.name!r}: a {kind} row for left key {key!r} does not "
+                    f"match the row the table holds ({'none' if stored is None else 'another'});"
+                    " the fk join needs a consistent changelog with before-images"
+                )
+            pending.prior.setdefault(key, stored[-1])
+            table.delete(stored)
+        else:
+            if stored is not None:
+                raise InputError(
+                    f"operator {self.name!r}: a {kind} row for left key {key!r}, which the "
+                    "table already holds; send the old row's -U (its before-image) first, "
+                    "ordered by the sequence column"
+                )
+            pending.prior.setdefault(key, False)
+            table.insert((*row[:-1], False))
+
+    def close(self, ctx: OperatorContext) -> None:
+        pending = self._pending.pop(id(ctx), _Pending())
+        for key in pending.touched:
+            self._resolve(ctx, key, pending)
+
+    def _resolve(self, ctx: OperatorContext, key: tuple[Any, ...], pending: _Pending) -> None:
+        """Emit K's result if it changed; count the responses dropped as stale."""
+        table = ctx.table("left")
+        row = table.get_row(key)
+        answers = pending.responses.get(key, {})
+        prior = pending.prior[key] if key in pending.prior else bool(row and row[-1])
+        result = None
+        if row is None or row[self._width] is None:
+            stale = len(answers)
+            if row is not None and self.join.how == "left":
+                result = self.join.joiner(row[: self._width], None)
+        else:
+            match = answers.get(row[self._width + 1])
+            stale = len(answers) - (match is not None)
+            if match is None:
+                if key in pending.prior:
+                    raise RunnerError(
+                        f"operator {self.name!r}: no subscription response for left key "
+                        f"{key!r}, whose row changed in this batch; the stages were not fed "
+                        "the same left rows"
+                    )
+                ctx.count("numResultsDroppedAsStale", stale)
+                return
+            if match[1] is not None or self.join.how == "left":
+                result = self.join.joiner(row[: self._width], match[1])
+        if stale:
+            ctx.count("numResultsDroppedAsStale", stale)
+        if result is not None:
+            ctx.emit(tuple(result), RowKind.UPDATE_AFTER if prior else RowKind.INSERT)
+        elif prior:
+            ctx.emit(self._delete(key), RowKind.DELETE)
+        emitted = result is not None
+        if row is not None and row[-1] != emitted:
+            table.update(row, (*row[:-1], emitted))
+
+    def _delete(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
+        out: list[Any] = [None] * len(self.output)
+        for index, value in zip(self._out_keys, key, strict=True):
+            out[index] = value
+        return tuple(out)

@@ -1,0 +1,129 @@
+"""Column helpers the deduplication operators share: input checks, key tuples,
+event times in microseconds, and the expiry index that makes eviction cost
+what it evicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from encoding import TableSchema
+from operators._changelog import ROW_KIND, RowKind
+from operators.errors import InputError
+from statestore import StateTable
+
+__all__ = [
+    "ExpiryIndex",
+    "check_columns",
+    "column_lists",
+    "event_micros",
+    "expiry_schema",
+    "reject_changelog",
+    "rows_of",
+]
+
+Row = tuple[Any, ...]
+
+_MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def check_columns(schema: pa.Schema, names: Sequence[str], what: str) -> None:
+    """Raise ``ValueError`` unless every name is a column of ``schema``."""
+    if not names:
+        raise ValueError(f"name at least one {what} column")
+    missing = [n for n in names if n not in schema.names]
+    if missing:
+        raise ValueError(f"{what} column(s) {missing} are not in the input {schema.names}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} columns {list(names)} name a column twice")
+
+
+def reject_changelog(batch: pa.RecordBatch, operator: str, why: str) -> None:
+    """Raise :class:`InputError` if ``batch`` carries a row kind other than
+    ``+I``; called before the batch touches state."""
+    index = batch.schema.get_field_index(ROW_KIND)
+    if index < 0:
+        return
+    kinds = set(pc.unique(batch.column(index)).to_pylist())
+    if kinds - {RowKind.INSERT.value}:
+        raise InputError(
+            f"operator {operator!r} {why}, so it takes an insert-only input (row kind "
+            f"'+I'); this batch has row kinds {sorted(kinds)}. Deduplicate a changelog "
+            "with keep='last' on processing time and changelog=True"
+        )
+
+
+def column_lists(batch: pa.RecordBatch, names: Sequence[str]) -> list[list[Any]]:
+    """The named columns of ``batch`` as Python lists."""
+    return [batch.column(n).to_pylist() for n in names]
+
+
+def rows_of(columns: list[list[Any]], n: int) -> list[Row]:
+    """Row tuples from column lists (``n`` empty tuples for no columns)."""
+    return list(zip(*columns, strict=True)) if columns else [()] * n
+
+
+def event_micros(batch: pa.RecordBatch, column: str, operator: str) -> list[int]:
+    """The event-time column as microseconds since the epoch (Spark's unit).
+
+    Nulls are refused: a row without an event time can be neither late nor
+    evicted."""
+    array = batch.column(column)
+    if array.null_count:
+        raise InputError(
+            f"operator {operator!r}: event-time column {column!r} holds nulls; every row "
+            "needs an event time (filter or fill them first)"
+        )
+    kind = array.type
+    if not pa.types.is_timestamp(kind):
+        raise InputError(
+            f"operator {operator!r}: event-time column {column!r} has type {kind}; "
+            "expected a timestamp"
+        )
+    values = pc.cast(array, pa.int64())
+    if kind.unit == "ns":
+        # Spark's timestamps are microseconds; nanoseconds lose their last digits.
+        return [v // 1000 for v in values.to_pylist()]
+    scale = _MICROS_PER_UNIT[kind.unit]
+    if scale != 1:
+        values = pc.multiply(values, scale)
+    return values.to_pylist()  # type: ignore[no-any-return]
+
+
+def expiry_schema(table_id: int, key_fields: Sequence[pa.Field], name: str) -> TableSchema:
+    """An index of ``(expires_at, key...)``: the keys that expire first come
+    first, so eviction is a range scan of what expires and one range delete."""
+    fields = [pa.field("expires_at", pa.int64(), nullable=False), *key_fields]
+    return TableSchema(table_id, fields, [f.name for f in fields], name=name)
+
+
+class ExpiryIndex:
+    """The expiry index of a table keyed by ``key``: one entry per stored key
+    at the time it expires, kept exact by every write."""
+
+    def __init__(self, index: StateTable) -> None:
+        self.index = index
+
+    def move(self, key: Row, old: int | None, new: int | None) -> None:
+        """Key ``key`` no longer expires at ``old`` but at ``new`` (``None``:
+        not stored)."""
+        if old == new:
+            return
+        if old is not None:
+            self.index.delete((old, *key))
+        if new is not None:
+            self.index.insert((new, *key))
+
+    def expire(self, until: int, table: StateTable) -> int:
+        """Delete from ``table`` every key whose time is ``<= until``, and their
+        entries; returns how many keys were deleted."""
+        expired = [entry[1:] for entry in self.index.scan(end=(until + 1,))]
+        if not expired:
+            return 0
+        for key in expired:
+            table.delete_key(key)
+        self.index.clean_below(until + 1)
+        return len(expired)

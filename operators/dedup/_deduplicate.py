@@ -1,0 +1,287 @@
+"""Flink's deduplication (seed 002): keep the first or the last row per key,
+by processing time (arrival order) or by an event-time column (row time),
+over an insert-only input or, keep-last on processing time, a changelog.
+
+State is one row per key (the kept row, or for keep-first on processing time
+only the key), plus, with state TTL, its expiry time and an expiry index. The
+emit rules are those of ``operators.dedup._rules``; this module keeps state,
+TTL and the mini-batch fold around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators._changelog import RowKind, row_kinds
+from operators._operator import Operator, OperatorContext
+from operators.dedup._columns import (
+    ExpiryIndex,
+    check_columns,
+    column_lists,
+    expiry_schema,
+    reject_changelog,
+    rows_of,
+)
+from operators.dedup._rules import (
+    CLEAR,
+    KEEP,
+    Emitted,
+    State,
+    first_on_proctime,
+    keeps_on_rowtime,
+    last_on_changelog,
+    last_on_proctime,
+    on_rowtime,
+)
+from operators.errors import InputError
+from statestore import ConsistencyMode, StateTable
+
+__all__ = ["Deduplicate"]
+
+Row = tuple[Any, ...]
+#: One arrival to decide: its key, its row, its kind.
+_Arrival = tuple[Row, Row, RowKind]
+
+_EXPIRES = "__expires_at"
+#: Counters (Spark's names where Spark has one).
+DROPPED = "numDroppedDuplicateRows"
+FOLDED = "numFoldedRows"
+
+
+class Deduplicate(Operator):
+    """``ROW_NUMBER() OVER (PARTITION BY key ORDER BY time) = 1`` (Flink).
+
+    ``keep`` is ``"first"`` or ``"last"``. ``order_by=None`` orders by
+    processing time (arrival order; give ``sequence_column`` to fix the order
+    of a changelog inside a batch); a column name orders by that event-time
+    column. ``generate_update_before`` and ``generate_insert`` are Flink's
+    flags; ``changelog=True`` accepts ``-U``/``-D`` input (keep-last on
+    processing time only). ``state_ttl_ms`` expires a key that many
+    milliseconds of processing time after its state was last written; an
+    expired key behaves as new. ``mini_batch`` folds each key's rows of a batch
+    first and touches state once per key; ``False`` goes record at a time.
+    Both materialise to the same table; docs/operators/dedup.md has the rules.
+    """
+
+    consistency = ConsistencyMode.UNCHECKED
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        key: Sequence[str],
+        keep: str = "last",
+        order_by: str | None = None,
+        generate_update_before: bool = False,
+        generate_insert: bool = True,
+        changelog: bool = False,
+        state_ttl_ms: int | None = None,
+        mini_batch: bool = True,
+        sequence_column: str | None = None,
+        name: str = "deduplicate",
+    ) -> None:
+        check_columns(schema, key, "key")
+        if keep not in ("first", "last"):
+            raise ValueError(f"keep is 'first' or 'last', got {keep!r}")
+        if order_by is not None:
+            check_columns(schema, [order_by], "order_by")
+        if changelog and (keep == "first" or order_by is not None):
+            raise ValueError(
+                "a changelog input is deduplicated keeping the last row on processing time "
+                "only (Flink's processLastRowOnChangelog); use keep='last' and order_by=None"
+            )
+        if state_ttl_ms is not None and state_ttl_ms <= 0:
+            raise ValueError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
+        self.name = name
+        self.key = list(key)
+        self.keep_last = keep == "last"
+        self.order_by = order_by
+        self.update_before = generate_update_before
+        self.insert = generate_insert
+        self.changelog = changelog
+        self.ttl = state_ttl_ms
+        self.mini_batch = mini_batch
+        self.sequence_column = sequence_column
+        self.inputs = [schema]
+        self.output = schema
+        self._key_index = [schema.names.index(k) for k in key]
+        self._time_index = None if order_by is None else schema.names.index(order_by)
+        # Keep-first on processing time only needs to know that a key was seen.
+        self._marker_only = not self.keep_last and order_by is None
+        # Keep-last on processing time without either flag needs no state at all.
+        self._stateless = (self.keep_last and order_by is None and not changelog) and not (
+            generate_update_before or generate_insert
+        )
+        key_fields = [schema.field(k) for k in key]
+        stored = key_fields if self._marker_only else list(schema)
+        if self.ttl is not None:
+            stored = [*stored, pa.field(_EXPIRES, pa.int64(), nullable=False)]
+        tables = [TableSchema(1, stored, key, name="rows")]
+        if self.ttl is not None:
+            tables.append(expiry_schema(2, key_fields, "expiry"))
+        self.tables = [] if self._stateless else tables
+
+    # -- the batch ----------------------------------------------------------------------
+
+    def open(self, ctx: OperatorContext) -> None:
+        """With state TTL: delete every key expired by now, through the expiry
+        index (the cost is the number of expired keys)."""
+        if self.ttl is not None and not self._stateless:
+            ExpiryIndex(ctx.table("expiry")).expire(ctx.processing_time, ctx.table("rows"))
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Check the input (before any state is touched), then decide each
+        key's arrivals: folded per key (mini-batch) or one by one."""
+        if not self.changelog:
+            reject_changelog(batch, self.name, "keeps rows by insert order or row time")
+        if self.order_by is not None and batch.column(self.order_by).null_count:
+            raise InputError(
+                f"operator {self.name!r}: order_by column {self.order_by!r} holds nulls; "
+                "every row needs a row time"
+            )
+        n = batch.num_rows
+        kinds = row_kinds(batch) if self.changelog else [RowKind.INSERT] * n
+        keys = rows_of(column_lists(batch, self.key), n)
+        if not self.mini_batch:
+            rows = rows_of(column_lists(batch, self.inputs[0].names), n)
+            arrivals = [[a] for a in zip(keys, rows, kinds, strict=True)]
+            if self._stateless:
+                self._emit_stateless(ctx, arrivals)
+            else:
+                self._decide(ctx, arrivals)
+            return
+        times = None if self.order_by is None else batch.column(self.order_by).to_pylist()
+        folded = self._fold(keys, kinds, times)
+        # Only the rows that reach state become Python tuples.
+        needed = sorted({i for group in folded for i in group})
+        taken = batch.take(pa.array(needed, pa.int64()))
+        rows = rows_of(column_lists(taken, self.inputs[0].names), len(needed))
+        row_at = dict(zip(needed, rows, strict=True))
+        groups = [[(keys[i], row_at[i], kinds[i]) for i in group] for group in folded]
+        ctx.count(FOLDED, n - len(needed))
+        if self._stateless:
+            self._emit_stateless(ctx, groups)
+        else:
+            self._decide(ctx, groups)
+
+    def _emit_stateless(self, ctx: OperatorContext, groups: list[list[_Arrival]]) -> None:
+        """Keep-last without either flag: every row is ``+U``, no state."""
+        for group in groups:
+            for _, row, _ in group:
+                ctx.emit(row, RowKind.UPDATE_AFTER)
+
+    def _fold(
+        self, keys: list[Row], kinds: list[RowKind], times: list[Any] | None
+    ) -> list[list[int]]:
+        """The positions of each key's arrivals that reach state, in order:
+        keep-first its first row, keep-last its last, on row time the row the
+        rule keeps over the batch's others. On a changelog whose last row
+        retracts, the last accumulate before it goes too: record at a time
+        that row is emitted and then deleted, which also replaces a row
+        downstream still holds from state that has expired since. Keys stay in
+        order of first arrival."""
+        best: dict[Row, int] = {}
+        if times is not None:
+            for i, key in enumerate(keys):
+                kept = best.get(key)
+                if kept is None or keeps_on_rowtime(times[kept], times[i], self.keep_last):
+                    best[key] = i
+        elif self.keep_last:
+            for i, key in enumerate(keys):
+                best[key] = i
+        else:
+            for i, key in enumerate(keys):
+                best.setdefault(key, i)
+        if not self.changelog:
+            return [[i] for i in best.values()]
+        accumulated: dict[Row, int] = {}
+        for i, key in enumerate(keys):
+            if kinds[i].is_accumulate:
+                accumulated[key] = i
+        return [
+            [accumulated[key], last] if kinds[last].is_retract and key in accumulated else [last]
+            for key, last in best.items()
+        ]
+
+    def _decide(self, ctx: OperatorContext, groups: Sequence[Sequence[_Arrival]]) -> None:
+        """Run each group of one key's arrivals against the key's stored row
+        (one multi-get for all keys in mini-batch mode, a read per row
+        otherwise) and write the key once."""
+        table = ctx.table("rows")
+        expiry = ExpiryIndex(ctx.table("expiry")) if self.ttl is not None else None
+        now = ctx.processing_time
+        stored_rows: list[Row | None] | None = None
+        if self.mini_batch:
+            stored_rows = table.get_rows([g[0][0] for g in groups])
+        dropped = 0
+        for i, group in enumerate(groups):
+            key = group[0][0]
+            stored = stored_rows[i] if stored_rows is not None else table.get_row(key)
+            visible = self._visible(stored, now)
+            final: State = KEEP
+            for _, row, kind in group:
+                emitted, state = self._rule(visible, row, kind)
+                if not emitted:
+                    dropped += 1
+                for out_kind, out_row in emitted:
+                    ctx.emit(out_row, out_kind)
+                if state is not KEEP:
+                    final = state
+                    visible = None if state is CLEAR else state  # type: ignore[assignment]
+            self._write(table, expiry, key, stored, final, now)
+        ctx.count(DROPPED, dropped)
+
+    def _visible(self, stored: Row | None, now: int) -> Row | None:
+        """The kept row of a stored one: ``None`` if absent or expired."""
+        if stored is None or self.ttl is None:
+            return stored
+        if stored[-1] <= now:
+            return None
+        return stored[:-1]
+
+    def _rule(self, previous: Row | None, row: Row, kind: RowKind) -> tuple[Emitted, State]:
+        ttl = self.ttl is not None
+        if self._time_index is not None:
+            return on_rowtime(
+                previous, row, self._time_index, self.keep_last, self.update_before, self.insert
+            )
+        if self.changelog:
+            return last_on_changelog(previous, row, kind, self.update_before, ttl)
+        if self.keep_last:
+            return last_on_proctime(previous, row, self.update_before, self.insert, ttl)
+        return first_on_proctime(previous, row)
+
+    def _write(
+        self,
+        table: StateTable,
+        expiry: ExpiryIndex | None,
+        key: Row,
+        stored: Row | None,
+        state: State,
+        now: int,
+    ) -> None:
+        """Apply a rule's new state to the stored row of ``key``."""
+        if state is KEEP:
+            return
+        old_expiry = None if stored is None or expiry is None else stored[-1]
+        if state is CLEAR:
+            if stored is not None:
+                table.delete(stored)
+                if expiry is not None:
+                    expiry.move(key, old_expiry, None)
+            return
+        assert isinstance(state, tuple)
+        value = key if self._marker_only else state
+        new_expiry = None
+        if self.ttl is not None:
+            new_expiry = now + self.ttl
+            value = (*value, new_expiry)
+        if stored is None:
+            table.insert(value)
+        elif stored != value:
+            table.update(stored, value)
+        if expiry is not None:
+            expiry.move(key, old_expiry, new_expiry)

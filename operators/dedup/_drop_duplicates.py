@@ -1,0 +1,197 @@
+"""Spark's streaming deduplication: ``dropDuplicates(cols)``
+(``StreamingDeduplicateExec``) and ``dropDuplicatesWithinWatermark(cols)``
+(``StreamingDeduplicateWithinWatermarkExec``), with Spark's exact rules:
+
+- a row is late, and dropped, when its event time is ``<=`` the *previous*
+  batch's watermark (Spark judges late rows by the watermark of the batch
+  before, and evicts state at the current one);
+- the first row of a key is emitted and its key stored; every later row of
+  the key is a duplicate and dropped;
+- ``DropDuplicates`` with the event-time column among its key columns evicts a
+  key once its event time is ``<=`` the watermark; ``DropDuplicatesWithinWatermark``
+  evicts a key once ``event time + delay <= watermark``, after which the same
+  key is emitted again.
+
+Spark scans its whole state to evict. Here eviction costs what it evicts: the
+event time leads the state key of ``DropDuplicates`` (one range delete), and
+``DropDuplicatesWithinWatermark`` keeps an expiry index ``(expires_at, key)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators._operator import Operator, OperatorContext
+from operators.dedup._columns import (
+    ExpiryIndex,
+    check_columns,
+    column_lists,
+    event_micros,
+    expiry_schema,
+    reject_changelog,
+    rows_of,
+)
+from statestore import ConsistencyMode
+
+__all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
+
+Row = tuple[Any, ...]
+
+#: Spark's names for the counters.
+DROPPED = "numDroppedDuplicateRows"
+LATE = "numRowsDroppedByWatermark"
+_EVENT_US = "event_time_us"
+
+
+class _FirstRowPerKey(Operator):
+    """What both of Spark's operators share: drop late rows, emit the first row
+    of each key not in state, store it; the subclass says what a stored key
+    holds and how it is evicted."""
+
+    consistency = ConsistencyMode.UNCHECKED
+
+    def __init__(
+        self, schema: pa.Schema, columns: Sequence[str], event_time: str | None, name: str
+    ) -> None:
+        check_columns(schema, columns, "deduplication")
+        if event_time is not None:
+            check_columns(schema, [event_time], "event-time")
+            if not pa.types.is_timestamp(schema.field(event_time).type):
+                raise ValueError(
+                    f"event-time column {event_time!r} has type "
+                    f"{schema.field(event_time).type}; it must be a timestamp"
+                )
+        self.name = name
+        self.columns = list(columns)
+        #: Where each column of the state key comes from among ``columns``.
+        self.state_order = list(range(len(columns)))
+        self.event_time = event_time
+        self.inputs = [schema]
+        self.output = schema
+
+    def key_fields(self) -> list[pa.Field]:
+        """The key columns as state holds them: the event time in microseconds."""
+        schema = self.inputs[0]
+        return [
+            pa.field(c, pa.int64(), nullable=False) if c == self.event_time else schema.field(c)
+            for c in self.columns
+        ]
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Late rows out, then one multi-get for the batch's distinct keys; the
+        first row of each key not stored is emitted and its key stored. Only
+        the key columns, and the rows emitted, become Python objects."""
+        reject_changelog(batch, self.name, "is Spark's append-only deduplication")
+        times: list[int] | None = None
+        if self.event_time is not None:
+            times = event_micros(batch, self.event_time, self.name)
+            late_mark = ctx.previous_watermark
+            if late_mark is not None:
+                bound = late_mark * 1000
+                kept = [i for i, t in enumerate(times) if t > bound]
+                if len(kept) < batch.num_rows:
+                    ctx.count(LATE, batch.num_rows - len(kept))
+                    batch = batch.take(pa.array(kept, pa.int64()))
+                    times = [times[i] for i in kept]
+        columns = [
+            times if c == self.event_time else batch.column(c).to_pylist() for c in self.columns
+        ]
+        # Keys in the order state keeps them (a permutation of the columns).
+        keys = rows_of([columns[i] for i in self.state_order], batch.num_rows)  # type: ignore[misc]
+        first: dict[Row, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        stored = ctx.table("seen").get_rows(list(first))
+        new = [i for i, s in zip(first.values(), stored, strict=True) if s is None]
+        ctx.count(DROPPED, batch.num_rows - len(new))
+        if not new:
+            return
+        self._store(ctx, [keys[i] for i in new], None if times is None else [times[i] for i in new])
+        out = batch.take(pa.array(new, pa.int64()))
+        for row in rows_of(column_lists(out, self.inputs[0].names), len(new)):
+            ctx.emit(row)
+
+    def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
+        """Store the new keys (in state key order) with their event times."""
+        raise NotImplementedError
+
+
+class DropDuplicates(_FirstRowPerKey):
+    """Spark's ``withWatermark(event_time, ...).dropDuplicates(columns)``, or
+    without ``event_time`` a plain ``dropDuplicates(columns)``.
+
+    With ``event_time`` late rows are dropped; when ``event_time`` is also one
+    of ``columns``, a key is evicted once its event time is ``<=`` the
+    watermark (else state grows with the number of keys, as in Spark)."""
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        columns: Sequence[str],
+        event_time: str | None = None,
+        name: str = "drop_duplicates",
+    ) -> None:
+        super().__init__(schema, columns, event_time, name)
+        self.evicts = event_time is not None and event_time in columns
+        fields = self.key_fields()
+        if self.evicts:
+            # The event time (in microseconds) leads the key: eviction is a
+            # range delete of the keys below the watermark.
+            others = [f for f in fields if f.name != event_time]
+            fields = [pa.field(_EVENT_US, pa.int64(), nullable=False), *others]
+            at = list(columns).index(str(event_time))
+            self.state_order = [at, *(i for i in range(len(columns)) if i != at)]
+        self.tables = [TableSchema(1, fields, [f.name for f in fields], name="seen")]
+
+    def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
+        table = ctx.table("seen")
+        for key in keys:
+            table.insert(key)
+
+    def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
+        """Evict every key whose event time is ``<=`` the watermark."""
+        if self.evicts:
+            ctx.table("seen").clean_below(watermark * 1000 + 1)
+
+
+class DropDuplicatesWithinWatermark(_FirstRowPerKey):
+    """Spark's ``withWatermark(event_time, delay).dropDuplicatesWithinWatermark(columns)``:
+    a key's entry expires at its first row's event time + ``delay_ms``; once
+    the watermark reaches that, the key is evicted and its next row emitted
+    again. Rows are late as for :class:`DropDuplicates`."""
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        columns: Sequence[str],
+        event_time: str,
+        delay_ms: int,
+        name: str = "drop_duplicates_within_watermark",
+    ) -> None:
+        super().__init__(schema, columns, event_time, name)
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms is a number of milliseconds >= 0, got {delay_ms}")
+        self.delay_us = delay_ms * 1000
+        fields = self.key_fields()
+        seen = [*fields, pa.field("expires_at", pa.int64(), nullable=False)]
+        self.tables = [
+            TableSchema(1, seen, list(columns), name="seen"),
+            expiry_schema(2, fields, "expiry"),
+        ]
+
+    def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
+        assert times is not None
+        table = ctx.table("seen")
+        index = ExpiryIndex(ctx.table("expiry"))
+        for key, t in zip(keys, times, strict=True):
+            expires = t + self.delay_us
+            table.insert((*key, expires))
+            index.move(key, None, expires)
+
+    def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
+        """Evict every key with ``expires_at <= watermark`` through the index."""
+        ExpiryIndex(ctx.table("expiry")).expire(watermark * 1000, ctx.table("seen"))

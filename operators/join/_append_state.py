@@ -1,0 +1,107 @@
+"""The state of one side of an append-mode join: its rows, keyed join key
+first so that one prefix scan over a time sub-range finds every match, and an
+index by time so that eviction is a range scan below the state watermark.
+
+``rows``:  ``join key | time | seq`` -> ``(time, seq, *input row, matched)``
+``index``: ``time | join key | seq`` -> nothing
+
+``time`` is the event time (a range join) or the window start (a window
+join), in microseconds; ``seq`` tells apart rows with equal key and time.
+
+``floors``: ``side`` -> ``floor``, no stored time of the side below it. An
+eviction scans the index from there, not from the table's start, where
+RocksDB would step over the tombstones of every earlier eviction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators.errors import InputError
+
+__all__ = ["FLOORS", "SIDE_NAMES", "SideState", "side_state"]
+
+#: The word for each side in table names and metrics.
+SIDE_NAMES = ("left", "right")
+
+_TIME = "__t"
+_SEQ = "__seq"
+_MATCHED = "__matched"
+
+#: The least stored time per side (see the module docstring).
+FLOORS = TableSchema(
+    5,
+    pa.schema(
+        [
+            pa.field("side", pa.int8(), nullable=False),
+            pa.field("floor", pa.int64(), nullable=False),
+        ]
+    ),
+    ["side"],
+    name="floors",
+)
+
+
+@dataclass(frozen=True)
+class SideState:
+    """The two tables of one side and how their rows are laid out."""
+
+    rows: TableSchema
+    index: TableSchema
+    #: Positions of the join key columns in an input row.
+    key_positions: tuple[int, ...]
+    width: int
+
+    def stored_row(self, time: int, seq: int, row: Sequence[Any], matched: bool) -> tuple[Any, ...]:
+        """The ``rows`` table row of an input row."""
+        return (time, seq, *row, matched)
+
+    def index_row(self, time: int, key: Sequence[Any], seq: int) -> tuple[Any, ...]:
+        """The ``index`` table row of a stored row."""
+        return (time, *key, seq)
+
+    def pk_of_index(self, entry: Sequence[Any]) -> tuple[Any, ...]:
+        """The ``rows`` primary key an index row points at."""
+        return (*entry[1:-1], entry[0], entry[-1])
+
+    @staticmethod
+    def input_of(stored: Sequence[Any]) -> tuple[Any, ...]:
+        """The input row inside a stored row."""
+        return tuple(stored[2:-1])
+
+    @staticmethod
+    def matched(stored: Sequence[Any]) -> bool:
+        """Whether a stored row has met a row of the other side."""
+        return bool(stored[-1])
+
+    @staticmethod
+    def with_matched(stored: Sequence[Any]) -> tuple[Any, ...]:
+        """The stored row with its matched flag set."""
+        return (*stored[:-1], True)
+
+
+def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
+    """The tables of ``side`` (ids 1, 2 for the left, 3, 4 for the right) for
+    an input ``schema`` joined on ``keys``."""
+    name = SIDE_NAMES[side]
+    reserved = [n for n in schema.names if n.startswith("__")]
+    if reserved:
+        raise InputError(
+            f"the {name} input has column(s) {reserved}; names starting with '__' are the "
+            "join's own state columns, so rename them"
+        )
+    time = pa.field(_TIME, pa.int64(), nullable=False)
+    seq = pa.field(_SEQ, pa.int64(), nullable=False)
+    rows = pa.schema([time, seq, *schema, pa.field(_MATCHED, pa.bool_(), nullable=False)])
+    index = pa.schema([time, *(schema.field(k) for k in keys), seq])
+    return SideState(
+        rows=TableSchema(1 + 2 * side, rows, [*keys, _TIME, _SEQ], name=f"{name}_rows"),
+        index=TableSchema(2 + 2 * side, index, index.names, name=f"{name}_index"),
+        key_positions=tuple(schema.names.index(k) for k in keys),
+        width=len(schema),
+    )

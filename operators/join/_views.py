@@ -1,0 +1,246 @@
+"""Join state views (seed 000): how one side of a join keeps its rows.
+
+A side's rows live in one state table keyed join key first, so that one prefix
+scan finds every row that a row of the other side may match. The rest of the
+key follows what the side's unique key allows:
+
+==============================  ==========================  ==============
+view                            key                         rows per key
+==============================  ==========================  ==============
+join key contains unique key    ``join key``                one row
+side has a unique key           ``join key, unique key``    one row
+side has no unique key          ``join key, whole row``     a row and its
+                                                            appearances
+==============================  ==========================  ==============
+
+An outer side also keeps, per row, its number of associations: how many rows
+of the other side match it, the join condition included. With a time to live,
+each row keeps when it was last written; a row not written for longer than
+the TTL is expired: reads skip it and delete it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators._operator import OperatorContext
+from operators.errors import InputError
+
+__all__ = ["JoinStateView", "Record", "ViewKind"]
+
+Row = tuple[Any, ...]
+
+APPEARANCES = "__appearances"
+ASSOCIATIONS = "__associations"
+WRITTEN = "__written_ms"
+
+
+class ViewKind(enum.Enum):
+    """The three state layouts of seed 000, fastest first."""
+
+    JOIN_KEY_CONTAINS_UNIQUE_KEY = "join key contains unique key"
+    INPUT_SIDE_HAS_UNIQUE_KEY = "input side has unique key"
+    INPUT_SIDE_HAS_NO_UNIQUE_KEY = "input side has no unique key"
+
+
+@dataclass(slots=True)
+class Record:
+    """One stored row of a side with what the view keeps beside it."""
+
+    #: The input row, in the side's input column order.
+    row: Row
+    #: How many times the row is in the side (always 1 with a unique key).
+    appearances: int
+    #: Rows of the other side that match it (outer sides; -1 on inner ones).
+    associations: int
+    #: The row as the state table holds it (input columns, then the view's).
+    stored: Row
+
+
+class JoinStateView:
+    """One side's rows in a state table named ``name`` with id ``table_id``.
+
+    ``metric`` prefixes the side's counters: ``<metric>.numUpdatedStateRows``
+    (rows written), ``<metric>.numRemovedStateRows`` (rows deleted, expired
+    ones included) and ``<metric>.numExpiredStateRows``.
+    """
+
+    def __init__(
+        self,
+        table_id: int,
+        name: str,
+        schema: pa.Schema,
+        join_key: Sequence[str],
+        unique_key: Sequence[str] | None,
+        outer: bool,
+        ttl_ms: int | None,
+    ) -> None:
+        for column in (APPEARANCES, ASSOCIATIONS, WRITTEN):
+            if column in schema.names:
+                raise InputError(
+                    f"the {name} input has a column {column!r}, a name the join keeps for its "
+                    "state; rename the column"
+                )
+        unique = list(unique_key or ())
+        missing = [c for c in unique if c not in schema.names]
+        if missing:
+            raise InputError(
+                f"the {name} unique key names {missing}, which are not columns of the {name} "
+                f"input {schema.names}"
+            )
+        if ttl_ms is not None and ttl_ms <= 0:
+            raise InputError(f"the {name} TTL is a number of milliseconds > 0, got {ttl_ms}")
+        self.name = name
+        self._updated = f"{name}.numUpdatedStateRows"
+        self._removed = f"{name}.numRemovedStateRows"
+        self._expired_metric = f"{name}.numExpiredStateRows"
+        self.outer = outer
+        self.ttl_ms = ttl_ms
+        self.width = len(schema)
+        names = schema.names
+        self._jk = tuple(names.index(c) for c in join_key)
+        if not unique:
+            self.kind = ViewKind.INPUT_SIDE_HAS_NO_UNIQUE_KEY
+            rest = [c for c in names if c not in join_key]
+        elif set(unique) <= set(join_key):
+            self.kind = ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY
+            rest = []
+        else:
+            self.kind = ViewKind.INPUT_SIDE_HAS_UNIQUE_KEY
+            rest = [c for c in unique if c not in join_key]
+        self.has_unique_key = self.kind is not ViewKind.INPUT_SIDE_HAS_NO_UNIQUE_KEY
+        self._identity = self._jk + tuple(names.index(c) for c in rest)
+        extra: list[pa.Field] = []
+        if not self.has_unique_key:
+            extra.append(pa.field(APPEARANCES, pa.int64(), nullable=False))
+        if outer:
+            extra.append(pa.field(ASSOCIATIONS, pa.int64(), nullable=False))
+        if ttl_ms is not None:
+            extra.append(pa.field(WRITTEN, pa.int64(), nullable=False))
+        self.table = TableSchema(
+            table_id, pa.schema([*schema, *extra]), [*join_key, *rest], name=name
+        )
+        columns = self.table.columns.names
+        self._appearances = columns.index(APPEARANCES) if APPEARANCES in columns else None
+        self._associations = columns.index(ASSOCIATIONS) if outer else None
+        self._written = columns.index(WRITTEN) if ttl_ms is not None else None
+
+    # -- rows and records ----------------------------------------------------------
+
+    def join_key(self, row: Row) -> Row:
+        """The join key of an input row."""
+        return tuple(row[i] for i in self._jk)
+
+    def _record(self, stored: Row) -> Record:
+        a, c = self._appearances, self._associations
+        return Record(
+            stored[: self.width],
+            1 if a is None else stored[a],
+            -1 if c is None else stored[c],
+            stored,
+        )
+
+    def _stored(self, row: Row, appearances: int, associations: int, now: int) -> Row:
+        out = list(row)
+        if self._appearances is not None:
+            out.append(appearances)
+        if self._associations is not None:
+            out.append(associations)
+        if self._written is not None:
+            out.append(now)
+        return tuple(out)
+
+    def _expired(self, stored: Row, now: int) -> bool:
+        return (
+            self._written is not None
+            and self.ttl_ms is not None
+            and now - stored[self._written] > self.ttl_ms
+        )
+
+    def _expire(self, ctx: OperatorContext, stored: Row) -> None:
+        ctx.table(self.name).delete(stored)
+        ctx.count(self._removed)
+        ctx.count(self._expired_metric)
+
+    # -- reads ---------------------------------------------------------------------
+
+    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
+        """The live stored record with ``row``'s identity: the same unique key,
+        or, without one, the same row."""
+        table = ctx.table(self.name)
+        stored = table.get_row([row[i] for i in self._identity])
+        if stored is None:
+            return None
+        if self._expired(stored, ctx.processing_time):
+            self._expire(ctx, stored)
+            return None
+        return self._record(stored)
+
+    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
+        """Every live record with ``join_key``, in key order."""
+        table = ctx.table(self.name)
+        if self.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY:
+            one = table.get_row(join_key)
+            found = [] if one is None else [one]
+        else:
+            found = list(table.scan(join_key))
+        if self._written is None:
+            return [self._record(s) for s in found]
+        now = ctx.processing_time
+        live = []
+        for stored in found:
+            if self._expired(stored, now):
+                self._expire(ctx, stored)
+            else:
+                live.append(self._record(stored))
+        return live
+
+    # -- writes --------------------------------------------------------------------
+
+    def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
+        """Store one more appearance of ``row`` (replacing ``found``, the
+        record with its identity, if any) with ``associations``."""
+        table = ctx.table(self.name)
+        now = ctx.processing_time
+        if found is None:
+            table.insert(self._stored(row, 1, associations, now))
+        else:
+            appearances = 1 if self.has_unique_key else found.appearances + 1
+            table.update(found.stored, self._stored(row, appearances, associations, now))
+        ctx.count(self._updated)
+
+    def retract(self, ctx: OperatorContext, found: Record) -> None:
+        """Remove one appearance of a stored record."""
+        table = ctx.table(self.name)
+        if found.appearances > 1:
+            new = self._stored(
+                found.row, found.appearances - 1, found.associations, ctx.processing_time
+            )
+            table.update(found.stored, new)
+            ctx.count(self._updated)
+        else:
+            table.delete(found.stored)
+            ctx.count(self._removed)
+
+    def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
+        """Store a new number of associations for an outer side's record."""
+        new = self._stored(record.row, record.appearances, associations, ctx.processing_time)
+        ctx.table(self.name).update(record.stored, new)
+        ctx.count(self._updated)
+
+    def sweep(self, ctx: OperatorContext) -> int:
+        """Delete every expired row (a scan of the whole side); returns how
+        many."""
+        if self._written is None:
+            return 0
+        now = ctx.processing_time
+        expired = [s for s in ctx.table(self.name).scan() if self._expired(s, now)]
+        for stored in expired:
+            self._expire(ctx, stored)
+        return len(expired)

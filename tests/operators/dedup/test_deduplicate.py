@@ -1,0 +1,276 @@
+"""Flink's deduplication through the harness: the issue's exact cases, seed
+002's rules per case, row time, changelog input and state TTL, on both
+backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from operators import InputError, RowKind
+from operators.dedup import Deduplicate
+from operators.testing import OperatorHarness
+
+INS, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
+KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+TIMED = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("t", pa.int64())])
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each test runs on the in-memory backend and on RocksDB."""
+    return str(request.param)
+
+
+def harness(operator: Deduplicate, backend: str) -> OperatorHarness:
+    return OperatorHarness(operator, backend=backend, consistency="strict")
+
+
+def feed(h: OperatorHarness, rows: list[tuple[Any, ...]]) -> list[tuple[RowKind, Any]]:
+    out = []
+    for row in rows:
+        out += h.process_element(row)
+    return out
+
+
+class TestIssueCases:
+    """The issue's three keep-last cases, exactly (TTL on)."""
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_insert_on_update_before_off(self, backend: str, mini_batch: bool) -> None:
+        """(1,12), (2,11), (1,13) -> +I(1,12), +I(2,11), +U(1,13)."""
+        op = Deduplicate(KV, ["k"], state_ttl_ms=60_000, mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 12), (2, 11), (1, 13)]) == [
+                (INS, (1, 12)),
+                (INS, (2, 11)),
+                (UA, (1, 13)),
+            ]
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_both_flags_off(self, backend: str, mini_batch: bool) -> None:
+        """(1,12), (2,11), (1,13) -> +U(1,12), +U(2,11), +U(1,13)."""
+        op = Deduplicate(
+            KV, ["k"], generate_insert=False, state_ttl_ms=60_000, mini_batch=mini_batch
+        )
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 12), (2, 11), (1, 13)]) == [
+                (UA, (1, 12)),
+                (UA, (2, 11)),
+                (UA, (1, 13)),
+            ]
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_both_flags_on(self, backend: str, mini_batch: bool) -> None:
+        """(1,12), (2,11), (1,12) -> +I(1,12), +I(2,11), -U(1,12), +U(1,12)."""
+        op = Deduplicate(
+            KV, ["k"], generate_update_before=True, state_ttl_ms=60_000, mini_batch=mini_batch
+        )
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 12), (2, 11), (1, 12)]) == [
+                (INS, (1, 12)),
+                (INS, (2, 11)),
+                (UB, (1, 12)),
+                (UA, (1, 12)),
+            ]
+
+
+class TestProcTime:
+    """Seed 002 on processing time: processFirstRowOnProcTime and
+    processLastRowOnProcTime."""
+
+    def test_keep_first_emits_first_row_only(self, backend: str) -> None:
+        """Keep-first emits each key's first row as +I and drops the rest,
+        counting them."""
+        with harness(Deduplicate(KV, ["k"], keep="first"), backend) as h:
+            out = feed(h, [(1, 12), (2, 11), (1, 13), (2, 11)])
+            assert out == [(INS, (1, 12)), (INS, (2, 11))]
+            h.commit()
+            assert h.last_metrics["numDroppedDuplicateRows"] == 2
+            assert h.last_metrics["numTotalStateRows"] == 2
+
+    def test_keep_first_stores_only_the_key(self, backend: str) -> None:
+        """Keep-first on processing time keeps only the key in state, as
+        Flink keeps a flag."""
+        with harness(Deduplicate(KV, ["k"], keep="first"), backend) as h:
+            feed(h, [(1, 12)])
+            assert list(h.table("rows").scan()) == [(1,)]
+
+    def test_identical_row_without_ttl_emits_nothing(self, backend: str) -> None:
+        """Keep-last, both flags on, TTL off: an identical row emits nothing;
+        a changed one emits -U old, +U new."""
+        op = Deduplicate(KV, ["k"], generate_update_before=True)
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 12), (2, 11), (1, 12)]) == [(INS, (1, 12)), (INS, (2, 11))]
+            assert feed(h, [(1, 13)]) == [(UB, (1, 12)), (UA, (1, 13))]
+
+    def test_update_before_only_still_inserts_first(self, backend: str) -> None:
+        """With update-before on and insert off, the first row is still +I
+        (either flag needs state)."""
+        op = Deduplicate(KV, ["k"], generate_update_before=True, generate_insert=False)
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 12), (1, 13)]) == [(INS, (1, 12)), (UB, (1, 12)), (UA, (1, 13))]
+
+    def test_both_flags_off_keeps_no_state(self, backend: str) -> None:
+        """Keep-last with both flags off declares no table at all."""
+        assert Deduplicate(KV, ["k"], generate_insert=False).tables == []
+
+    @pytest.mark.parametrize("keep", ["first", "last"])
+    def test_insert_only_rejects_retractions_before_state(self, backend: str, keep: str) -> None:
+        """An insert-only deduplication refuses -U/-D with an InputError and
+        leaves state untouched."""
+        with harness(Deduplicate(KV, ["k"], keep=keep), backend) as h:
+            feed(h, [(1, 12)])
+            with pytest.raises(InputError, match="insert-only"):
+                h.process_rows([(2, 1), (1, 12)], [INS, D])
+            assert list(h.table("rows").scan()) == ([(1,)] if keep == "first" else [(1, 12)])
+
+
+class TestChangelog:
+    """Seed 002's processLastRowOnChangelog, record at a time."""
+
+    def op(self, **kw: Any) -> Deduplicate:
+        return Deduplicate(KV, ["k"], changelog=True, mini_batch=False, **kw)
+
+    def test_accumulate_then_delete_of_key_only(self, backend: str) -> None:
+        """+I then +U are +I then -U/+U; a -D carrying only the key emits -D of
+        the stored full row and clears the key."""
+        with harness(self.op(generate_update_before=True), backend) as h:
+            out = h.process_rows([(1, 12), (1, 13), (1, None)], [INS, UA, D])
+            assert out == [(INS, (1, 12)), (UB, (1, 12)), (UA, (1, 13)), (D, (1, 13))]
+            assert list(h.table("rows").scan()) == []
+
+    def test_update_before_input_deletes(self, backend: str) -> None:
+        """-U input is a delete too: -D of the stored row; a later +U of the
+        key is then +I."""
+        with harness(self.op(), backend) as h:
+            out = h.process_rows([(1, 12), (1, 12), (1, 14)], [INS, UB, UA])
+            assert out == [(INS, (1, 12)), (D, (1, 12)), (INS, (1, 14))]
+
+    def test_retraction_of_unknown_key_emits_nothing(self, backend: str) -> None:
+        """A retraction of a key with no state emits nothing."""
+        with harness(self.op(), backend) as h:
+            assert h.process_rows([(7, None), (7, 1)], [D, UB]) == []
+
+    def test_stored_row_normalised_to_insert(self, backend: str) -> None:
+        """A +U first row is emitted and stored as an insert."""
+        with harness(self.op(), backend) as h:
+            assert h.process_rows([(1, 5)], [UA]) == [(INS, (1, 5))]
+            assert list(h.table("rows").scan()) == [(1, 5)]
+
+    @pytest.mark.parametrize(
+        ("ttl", "expected"), [(None, []), (60_000, [(UB, (1, 5)), (UA, (1, 5))])]
+    )
+    def test_identical_row_depends_on_ttl(
+        self, backend: str, ttl: int | None, expected: list[Any]
+    ) -> None:
+        """An identical accumulate emits nothing with TTL off and -U/+U with
+        TTL on."""
+        with harness(self.op(generate_update_before=True, state_ttl_ms=ttl), backend) as h:
+            h.process_rows([(1, 5)], [INS])
+            assert h.process_rows([(1, 5)], [UA]) == expected
+
+
+class TestRowTime:
+    """Seed 002's deduplicateOnRowTime: keep-last on >=, keep-first on <."""
+
+    def test_keep_last_replaces_on_equal_or_later_time(self, backend: str) -> None:
+        """Keep-last: a row at an equal or later time replaces the stored one;
+        an earlier one is dropped."""
+        op = Deduplicate(TIMED, ["k"], order_by="t", generate_update_before=True)
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 1, 10)]) == [(INS, (1, 1, 10))]
+            assert feed(h, [(1, 2, 9)]) == []
+            assert feed(h, [(1, 3, 10)]) == [(UB, (1, 1, 10)), (UA, (1, 3, 10))]
+            assert feed(h, [(1, 4, 11)]) == [(UB, (1, 3, 10)), (UA, (1, 4, 11))]
+
+    def test_keep_first_replaces_only_on_earlier_time(self, backend: str) -> None:
+        """Keep-first: only a strictly earlier row replaces the stored one."""
+        op = Deduplicate(TIMED, ["k"], keep="first", order_by="t")
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 1, 10)]) == [(INS, (1, 1, 10))]
+            assert feed(h, [(1, 2, 10), (1, 3, 11)]) == []
+            assert feed(h, [(1, 4, 9)]) == [(UA, (1, 4, 9))]
+
+    def test_flags_off_emit_update_after_only(self, backend: str) -> None:
+        """Row time with both flags off emits +U for every kept row, the
+        first one included."""
+        op = Deduplicate(TIMED, ["k"], order_by="t", generate_insert=False)
+        with harness(op, backend) as h:
+            assert feed(h, [(1, 1, 10), (1, 2, 11)]) == [(UA, (1, 1, 10)), (UA, (1, 2, 11))]
+
+    def test_mini_batch_keeps_the_rule_winner(self, backend: str) -> None:
+        """In one mini-batch keep-last keeps the latest time (the later arrival
+        on ties), keep-first the earliest (the earlier arrival on ties)."""
+        rows = [(1, 1, 10), (1, 2, 12), (1, 3, 12), (1, 4, 8), (1, 5, 8)]
+        with harness(Deduplicate(TIMED, ["k"], order_by="t"), backend) as h:
+            assert h.process_rows(rows) == [(INS, (1, 3, 12))]
+        with harness(Deduplicate(TIMED, ["k"], keep="first", order_by="t"), backend) as h:
+            assert h.process_rows(rows) == [(INS, (1, 4, 8))]
+
+    def test_null_row_time_is_refused(self, backend: str) -> None:
+        """A row without a row time gets an InputError."""
+        with (
+            harness(Deduplicate(TIMED, ["k"], order_by="t"), backend) as h,
+            pytest.raises(InputError, match="nulls"),
+        ):
+            h.process_element((1, 1, None))
+
+
+class TestStateTtl:
+    """State TTL in processing time."""
+
+    def test_expired_key_behaves_as_new(self, backend: str) -> None:
+        """Once its TTL has passed since its last write, a key's next row is
+        a first row again."""
+        with harness(Deduplicate(KV, ["k"], keep="first", state_ttl_ms=100), backend) as h:
+            h.set_processing_time(1_000)
+            assert feed(h, [(1, 1)]) == [(INS, (1, 1))]
+            h.set_processing_time(1_099)
+            assert feed(h, [(1, 2)]) == []
+            h.set_processing_time(1_100)
+            assert feed(h, [(1, 3)]) == [(INS, (1, 3))]
+
+    def test_write_refreshes_ttl(self, backend: str) -> None:
+        """Keep-last rewrites the key on each row, which restarts its TTL."""
+        op = Deduplicate(KV, ["k"], generate_update_before=True, state_ttl_ms=100)
+        with harness(op, backend) as h:
+            h.set_processing_time(0)
+            feed(h, [(1, 1)])
+            h.set_processing_time(90)
+            assert feed(h, [(1, 2)]) == [(UB, (1, 1)), (UA, (1, 2))]
+            h.set_processing_time(150)
+            assert feed(h, [(1, 3)]) == [(UB, (1, 2)), (UA, (1, 3))]
+
+    def test_expired_state_is_deleted(self, backend: str) -> None:
+        """Expired keys leave state at the next batch: rows and index entries
+        are deleted, the others stay."""
+        with harness(Deduplicate(KV, ["k"], state_ttl_ms=100), backend) as h:
+            h.set_processing_time(0)
+            feed(h, [(1, 1), (2, 2)])
+            h.commit()
+            h.set_processing_time(50)
+            feed(h, [(2, 3)])
+            h.commit()
+            h.set_processing_time(120)
+            h.commit()
+            assert list(h.table("rows").scan()) == [(2, 3, 150)]
+            assert list(h.table("expiry").scan()) == [(150, 2)]
+            assert h.last_metrics["numRemovedStateRows"] == 2
+
+    def test_bad_configurations_are_refused(self) -> None:
+        """A changelog with keep-first or row time, an unknown keep, a missing
+        column or a non-positive TTL is a ValueError."""
+        for kw in (
+            {"keep": "first", "changelog": True},
+            {"order_by": "v", "changelog": True},
+            {"keep": "middle"},
+            {"order_by": "nope"},
+            {"state_ttl_ms": 0},
+        ):
+            with pytest.raises(ValueError):
+                Deduplicate(KV, ["k"], **kw)
+        with pytest.raises(ValueError):
+            Deduplicate(KV, ["x"])

@@ -1,0 +1,119 @@
+"""A test driver for the foreign-key join without Spark: keeps both tables as
+they stand, turns upserts and deletes into changelogs with before-images and
+sequence numbers, runs each micro-batch through a StageHarness (several
+partitions per stage) and keeps the materialised output; plus the batch join
+of the two tables that the output must equal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from operators import FkJoin, RowKind
+from operators.testing import StageHarness
+
+Key = tuple[Any, ...]
+
+
+class FkDriver:
+    """One FK join, fed table changes, run batch by batch."""
+
+    def __init__(self, join: FkJoin, partitions: tuple[int, int] = (3, 2)) -> None:
+        self.join = join
+        self.harness = StageHarness(join.stages(), 2, partitions, join.sequence_column)
+        self.left: dict[Key, tuple[Any, ...]] = {}
+        self.right: dict[Any, tuple[Any, ...]] = {}
+        #: The output table as the upsert changelog leaves it, by K.
+        self.output: dict[Key, tuple[Any, ...]] = {}
+        self._seq = 0
+        self._changes: list[list[tuple[tuple[Any, ...], str, int]]] = [[], []]
+        self._lkey = [join.left.get_field_index(k) for k in join.left_key]
+        self._okey = [join.output.get_field_index(k) for k in join.left_key]
+        self._rkey = join.right.get_field_index(join.right_key)
+
+    def _change(self, side: int, row: tuple[Any, ...], kind: RowKind) -> None:
+        self._seq += 1
+        self._changes[side].append((row, kind.value, self._seq))
+
+    def upsert_left(self, row: tuple[Any, ...]) -> None:
+        """Insert or replace a left row: ``+I``, or ``-U`` of the old then ``+U``."""
+        key = tuple(row[i] for i in self._lkey)
+        old = self.left.get(key)
+        if old is None:
+            self._change(0, row, RowKind.INSERT)
+        else:
+            self._change(0, old, RowKind.UPDATE_BEFORE)
+            self._change(0, row, RowKind.UPDATE_AFTER)
+        self.left[key] = row
+
+    def delete_left(self, key: Key) -> None:
+        """Delete a left row (``-D`` with its before-image)."""
+        self._change(0, self.left.pop(key), RowKind.DELETE)
+
+    def upsert_right(self, row: tuple[Any, ...]) -> None:
+        """Insert or replace a right row (an upsert: ``+I`` or ``+U``)."""
+        fk = row[self._rkey]
+        self._change(1, row, RowKind.UPDATE_AFTER if fk in self.right else RowKind.INSERT)
+        self.right[fk] = row
+
+    def delete_right(self, fk: Any) -> None:
+        """Delete a right row."""
+        self._change(1, self.right.pop(fk), RowKind.DELETE)
+
+    def take_changes(self) -> list[pa.Table | None]:
+        """The pending changes of each table as a changelog (its columns, the
+        sequence column, ``row_kind``), or ``None``; they are no longer pending."""
+        tables: list[pa.Table | None] = []
+        for side, schema in enumerate((self.join.left, self.join.right)):
+            rows, self._changes[side] = self._changes[side], []
+            if not rows:
+                tables.append(None)
+                continue
+            cols = list(zip(*[r for r, _, _ in rows], strict=True))
+            arrays = [pa.array(list(c), type=f.type) for c, f in zip(cols, schema, strict=True)]
+            arrays.append(pa.array([s for _, _, s in rows], type=pa.int64()))
+            arrays.append(pa.array([k for _, k, _ in rows], type=pa.string()))
+            names = [*schema.names, self.join.sequence_column, "row_kind"]
+            tables.append(pa.Table.from_arrays(arrays, names=names))
+        return tables
+
+    def flush(self) -> dict[Key, tuple[Any, ...] | None]:
+        """Run the pending changes as one micro-batch; the output rows it
+        emitted by K (``None`` for a delete)."""
+        tables = self.take_changes()
+        left = tables[0]
+        if left is not None:
+            tables[0] = pa.Table.from_batches([self.join.prepare_left(left.to_batches()[0])])
+        out = self.harness.run_batch(tables)
+        changes: dict[Key, tuple[Any, ...] | None] = {}
+        names = self.join.output.names
+        for record in out.to_pylist():
+            row = tuple(record[n] for n in names)
+            key = tuple(row[i] for i in self._okey)
+            assert key not in changes, f"two output rows for {key} in one batch"
+            if record["row_kind"] == RowKind.DELETE.value:
+                assert key in self.output, f"a delete of {key}, which has no output"
+                del self.output[key]
+                changes[key] = None
+            else:
+                assert (record["row_kind"] == RowKind.UPDATE_AFTER.value) == (key in self.output)
+                self.output[key] = row
+                changes[key] = row
+        return changes
+
+    def batch_join(self) -> dict[Key, tuple[Any, ...]]:
+        """The join of the two tables as they stand, by K."""
+        result: dict[Key, tuple[Any, ...]] = {}
+        for key, row in self.left.items():
+            fk = self.join.foreign_key_of(row)
+            right = None if fk is None else self.right.get(fk)
+            if right is not None or self.join.how == "left":
+                result[key] = tuple(self.join.joiner(row, right))
+        return result
+
+    @property
+    def stale_dropped(self) -> int:
+        """Responses dropped as stale in the last batch."""
+        metrics = self.harness.last_metrics.get(self.join.name + "-results", {})
+        return metrics.get("numResultsDroppedAsStale", 0)

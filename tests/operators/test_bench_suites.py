@@ -1,0 +1,103 @@
+"""``relstate bench --suite``: operator suites against a baseline, printed and
+written to docs/bench/NAME.md."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from operators._bench import suites
+from operators._bench.versus import Comparison, SuiteResult, markdown, terminal
+from operators.cli import main
+
+
+def _result() -> SuiteResult:
+    return SuiteResult(
+        suite="fake",
+        title="A fake operator against a fake baseline",
+        description="Two workloads on made-up times.",
+        comparisons=[
+            Comparison("fast one", 200_000, 2.0, 8.0, "the baseline", goal=3.0),
+            Comparison("slow one", 1_000, 4.0, 2.0, "the baseline"),
+        ],
+        readings=[("harness rate", "12 k rows/s")],
+    )
+
+
+class TestComparison:
+    def test_ratio_is_the_baselines_time_over_relstates(self) -> None:
+        """A ratio above 1 is a speed-up, and the goal is a floor."""
+        fast, slow = _result().comparisons
+        assert fast.ratio == 4.0 and fast.goal_met is True
+        assert slow.ratio == 0.5 and slow.goal_met is None
+        assert Comparison("x", 1, 1.0, 2.0, "b", goal=3.0).goal_met is False
+
+    def test_times_must_be_positive(self) -> None:
+        """A zero time would make a meaningless ratio: refused."""
+        with pytest.raises(ValueError, match="positive"):
+            Comparison("x", 1, 0.0, 1.0, "b")
+
+    def test_tables_show_every_figure(self) -> None:
+        """The terminal and markdown tables carry each workload's speed-up and verdict."""
+        result = _result()
+        for text in (terminal(result), markdown(result)):
+            assert "fast one" in text and "4.00x" in text and "≥ 3.0" in text
+            assert "slow one" in text and "0.50x" in text
+            assert "harness rate" in text and "12 k rows/s" in text
+            assert "100.0 k rows/s" in text
+        assert "do not edit by hand" in markdown(result)
+
+
+class TestSuiteCommand:
+    @pytest.fixture
+    def fake_suite(self, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+        """A suite module 'fake' registered for the test; records its quick flag."""
+        calls: list[bool] = []
+
+        def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
+            assert workdir.is_dir()
+            progress("measuring")
+            calls.append(quick)
+            return _result()
+
+        module = types.ModuleType("fake_suite")
+        module.run = run  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "fake_suite", module)
+        monkeypatch.setitem(suites.SUITES, "fake", "fake_suite")
+        return calls
+
+    def test_writes_the_suite_page(
+        self,
+        fake_suite: list[bool],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """The suite runs once with --quick passed on, prints its table and writes its page."""
+        monkeypatch.chdir(tmp_path)
+        assert main(["bench", "--suite", "fake", "--quick"]) == 0
+        assert fake_suite == [True]
+        out = capsys.readouterr().out
+        assert "fast one" in out and "wrote docs/bench/fake.md" in out
+        page = (tmp_path / "docs/bench/fake.md").read_text(encoding="utf-8")
+        assert page.startswith("# A fake operator against a fake baseline\n")
+        assert "| fast one | 200,000 | 2.00 s |" in page
+
+    def test_no_write_prints_only(
+        self, fake_suite: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """--no-write leaves no page behind."""
+        monkeypatch.chdir(tmp_path)
+        assert main(["bench", "--suite", "fake", "--no-write"]) == 0
+        assert fake_suite == [False]
+        assert not (tmp_path / "docs").exists()
+
+    def test_unknown_suite_is_refused(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """An unknown suite name exits with 2 and lists the suites there are."""
+        assert main(["bench", "--suite", "nope"]) == 2
+        err = capsys.readouterr().err
+        assert "no benchmark suite 'nope'" in err and "'store'" in err and "'dedup'" in err

@@ -1,0 +1,229 @@
+"""The foreign-key join (KIP-213) without Spark: the issue's cases, Kafka's
+corrected instruction set, stale responses, and a differential test against
+a batch join, all over several partitions per stage."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fk_driver import FkDriver
+
+from operators import FkJoin, InputError, RowKind
+
+STRINGS = pa.schema([("key", pa.string()), ("value", pa.string())])
+
+
+def _fk_after_bar(row: tuple[Any, ...]) -> str | None:
+    """The issue's FK: the part of the left value after '|'."""
+    value = row[1]
+    return None if value is None or "|" not in value else value.split("|", 1)[1]
+
+
+def _parenthesised(left: tuple[Any, ...], right: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The issue's joiner "(left,right)", keyed by the left key."""
+    return (left[0], f"({left[1]},{'null' if right is None else right[1]})")
+
+
+def issue_join(how: str) -> FkJoin:
+    """The join of the issue's cases: string tables, FK after '|'."""
+    return FkJoin(
+        left=STRINGS,
+        left_key=["key"],
+        right=STRINGS,
+        right_key="key",
+        foreign_key=_fk_after_bar,
+        how=how,
+        joiner=_parenthesised,
+        output=STRINGS,
+    )
+
+
+def _values(changes: dict[tuple[Any, ...], tuple[Any, ...] | None]) -> dict[str, str | None]:
+    return {k[0]: None if v is None else v[1] for k, v in changes.items()}
+
+
+#: A step: table changes ("left"/"right", key, value; None deletes), then
+#: the output per key (None: a delete) for the inner join and the left join.
+Step = tuple[list[tuple[str, str, str | None]], dict[str, str | None], dict[str, str | None]]
+
+#: Case (1) of the issue, verbatim.
+CASE_1: list[Step] = [
+    ([("right", f"rhs{i}", f"rhsValue{i}") for i in (1, 2, 3)], {}, {}),
+    (
+        [("left", "lhs1", "lhsValue1|rhs1"), ("left", "lhs2", "lhsValue2|rhs2")],
+        {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs2": "(lhsValue2|rhs2,rhsValue2)"},
+        {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs2": "(lhsValue2|rhs2,rhsValue2)"},
+    ),
+    (
+        [("left", "lhs3", "lhsValue3|rhs1")],
+        {"lhs3": "(lhsValue3|rhs1,rhsValue1)"},
+        {"lhs3": "(lhsValue3|rhs1,rhsValue1)"},
+    ),
+    ([("left", "lhs1", None)], {"lhs1": None}, {"lhs1": None}),
+]
+
+#: Case (2) of the issue, verbatim.
+CASE_2: list[Step] = [
+    (
+        [
+            ("left", "lhs1", "lhsValue1|rhs1"),
+            ("left", "lhs2", "lhsValue2|rhs2"),
+            ("left", "lhs3", "lhsValue3|rhs1"),
+        ],
+        {},
+        {
+            "lhs1": "(lhsValue1|rhs1,null)",
+            "lhs2": "(lhsValue2|rhs2,null)",
+            "lhs3": "(lhsValue3|rhs1,null)",
+        },
+    ),
+    (
+        [("right", "rhs1", "rhsValue1")],
+        {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs3": "(lhsValue3|rhs1,rhsValue1)"},
+        {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs3": "(lhsValue3|rhs1,rhsValue1)"},
+    ),
+    (
+        [("right", "rhs2", "rhsValue2")],
+        {"lhs2": "(lhsValue2|rhs2,rhsValue2)"},
+        {"lhs2": "(lhsValue2|rhs2,rhsValue2)"},
+    ),
+    ([("right", "rhs3", "rhsValue3")], {}, {}),
+    (
+        [("right", "rhs1", None)],
+        {"lhs1": None, "lhs3": None},
+        {"lhs1": "(lhsValue1|rhs1,null)", "lhs3": "(lhsValue3|rhs1,null)"},
+    ),
+]
+
+
+def play(d: FkDriver, changes: list[tuple[str, str, str | None]]) -> dict[str, str | None]:
+    """Apply one step's changes as one micro-batch; its output per key."""
+    for table, key, value in changes:
+        if table == "left":
+            d.upsert_left((key, value)) if value is not None else d.delete_left((key,))
+        else:
+            d.upsert_right((key, value)) if value is not None else d.delete_right(key)
+    return _values(d.flush())
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+class TestIssueCases:
+    @pytest.mark.parametrize("case", [CASE_1, CASE_2], ids=["case1", "case2"])
+    def test_output_per_key_after_each_step(self, how: str, case: list[Step]) -> None:
+        """The issue's cases (1) and (2): the output per key after each step,
+        for the inner and the left join, over several partitions."""
+        d = FkDriver(issue_join(how))
+        for changes, inner, left in case:
+            assert play(d, changes) == (inner if how == "inner" else left)
+            assert d.output == d.batch_join()
+
+
+class TestInstructionSet:
+    def test_fk_change_in_a_left_join_emits_no_null(self) -> None:
+        """KAFKA-16394: moving K from one FK to another emits only the new
+        join, never a null result for the old FK."""
+        d = FkDriver(issue_join("left"))
+        play(d, [("right", "rhs1", "r1"), ("right", "rhs2", "r2"), ("left", "k", "v|rhs1")])
+        assert play(d, [("left", "k", "v|rhs2")]) == {"k": "(v|rhs2,r2)"}
+
+    @pytest.mark.parametrize(("how", "after"), [("inner", None), ("left", "(v,null)")])
+    def test_fk_to_null_retracts_an_inner_result(self, how: str, after: str | None) -> None:
+        """KAFKA-16407: an inner join's result is deleted when K's FK becomes
+        null; a left join keeps K with nulls."""
+        d = FkDriver(issue_join(how))
+        play(d, [("right", "rhs1", "r1"), ("left", "k", "v|rhs1")])
+        assert play(d, [("left", "k", "v")]) == {"k": after}
+
+    @pytest.mark.parametrize(("how", "before"), [("inner", {}), ("left", {"k": "(v,null)"})])
+    def test_fk_from_null_to_a_value_joins(self, how: str, before: dict[str, str]) -> None:
+        """KAFKA-16407: K whose FK goes from null to a value joins that FK's
+        right row (inner: a first result; left: it replaces the nulls)."""
+        d = FkDriver(issue_join(how))
+        assert play(d, [("right", "rhs1", "r1"), ("left", "k", "v")]) == before
+        assert play(d, [("left", "k", "v|rhs1")]) == {"k": "(v|rhs1,r1)"}
+
+    def test_old_fk_no_longer_reaches_k(self) -> None:
+        """After an FK change, updates of the old right row no longer reach K."""
+        d = FkDriver(issue_join("inner"))
+        play(d, [("right", "rhs1", "a"), ("right", "rhs2", "b"), ("left", "k", "v|rhs1")])
+        play(d, [("left", "k", "v|rhs2")])
+        assert play(d, [("right", "rhs1", "a2")]) == {}
+
+
+class TestStaleResults:
+    def test_response_for_an_older_left_row_is_dropped(self) -> None:
+        """A right change answers K's old subscription before K moves to
+        another FK in the same batch: that response is computed for the old
+        left row, reaches K's partition, and is dropped as stale."""
+        d = FkDriver(issue_join("inner"), partitions=(4, 3))
+        play(d, [("right", "rhs1", "a"), ("right", "rhs2", "b"), ("left", "k", "v|rhs1")])
+        # The first change answers k's subscription at rhs1, then k moves.
+        assert play(d, [("right", "rhs1", "a2"), ("left", "k", "v|rhs2")]) == {"k": "(v|rhs2,b)"}
+        assert d.stale_dropped == 1
+        assert d.output == d.batch_join()
+
+
+class TestBadChangelog:
+    def test_update_without_before_image_is_refused(self) -> None:
+        """A +U of a key the left table holds, with no -U first, is an
+        InputError: subscriptions would otherwise leak."""
+        d = FkDriver(issue_join("inner"))
+        d.upsert_left(("k", "v|rhs1"))
+        d.flush()
+        d._change(0, ("k", "w|rhs2"), RowKind.UPDATE_AFTER)
+        with pytest.raises(InputError, match="before-image"):
+            d.flush()
+
+
+LEFT = pa.schema([("id", pa.int64()), ("fk", pa.int64()), ("payload", pa.string())])
+RIGHT = pa.schema([("rid", pa.int64()), ("rval", pa.string())])
+
+
+def _fk_column_function(row: tuple[Any, ...]) -> Any:
+    return row[1]
+
+
+def random_join(rng: random.Random) -> FkJoin:
+    """A join of int tables: inner or left, FK a column or a function."""
+    return FkJoin(
+        LEFT,
+        ["id"],
+        RIGHT,
+        "rid",
+        rng.choice(["fk", _fk_column_function]),
+        how=rng.choice(["inner", "left"]),
+    )
+
+
+def random_batch(rng: random.Random, d: FkDriver, keys: int, fks: int) -> None:
+    """Queue 1-20 random changes: left upserts (FK changes, null FKs, a hot
+    FK), left deletes, right upserts and deletes."""
+    for _ in range(rng.randint(1, 20)):
+        op = rng.random()
+        if op < 0.45:
+            fk = rng.choice([None, 0, 0, 0, *range(fks)])  # 0 is hot
+            d.upsert_left((rng.randrange(keys), fk, rng.choice("xyz")))
+        elif op < 0.6 and d.left:
+            d.delete_left(rng.choice(sorted(d.left)))
+        elif op < 0.9:
+            fk = rng.randrange(fks)
+            d.upsert_right((fk, f"r{fk}.{rng.randrange(3)}"))
+        elif d.right:
+            d.delete_right(rng.choice(sorted(d.right)))
+
+
+class TestDifferential:
+    @pytest.mark.parametrize("seed", range(300))
+    def test_output_equals_batch_join_after_every_batch(self, seed: int) -> None:
+        """Random changelogs of both tables, several partitions and batches:
+        after every batch the materialised output equals the batch join."""
+        rng = random.Random(seed)
+        d = FkDriver(random_join(rng), partitions=(rng.randint(1, 4), rng.randint(1, 4)))
+        keys, fks = rng.randint(2, 12), rng.randint(1, 6)
+        for _ in range(rng.randint(1, 6)):
+            random_batch(rng, d, keys, fks)
+            d.flush()
+            assert d.output == d.batch_join()

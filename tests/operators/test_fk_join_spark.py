@@ -1,0 +1,149 @@
+"""The foreign-key join through Spark's runner (two stages per micro-batch):
+its output after every batch equals the batch join of the tables, also when
+a task dies after its commit and the driver fails between the two stages."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fk_driver import FkDriver
+
+from operators import FkJoin, ParquetSink, RowKind, run_fk_join
+from operators.demo import write_batches
+from statestore._faults import InjectedFault, arm, inject
+
+
+def _pickle_by_value() -> None:
+    import sys
+
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# Spark's Python workers cannot import this test module: ship its functions by
+# value (the FK function below).
+_pickle_by_value()
+
+LEFT = pa.schema([("id", pa.int64()), ("fk", pa.int64()), ("payload", pa.string())])
+RIGHT = pa.schema([("rid", pa.int64()), ("rval", pa.string())])
+
+
+def _fk_unless_z(row: tuple[Any, ...]) -> int | None:
+    """The FK column, except that a 'z' payload joins nothing."""
+    return None if row[2] == "z" else row[1]
+
+
+def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]], list[Any]]:
+    """Random changes of both tables, ``batches`` times: each batch's two
+    changelogs (never empty, so one file per side per batch), and the batch
+    join of the tables as they stand after it, by K."""
+    rng = random.Random(seed)
+    d = FkDriver(join)
+    changes, joins = [], []
+    for _ in range(batches):
+        for _ in range(rng.randint(5, 25)):
+            if rng.random() < 0.5:
+                fk = rng.choice([None, 0, *range(8)])
+                d.upsert_left((rng.randrange(40), fk, rng.choice("xyz")))
+            elif rng.random() < 0.8:
+                fk = rng.randrange(8)
+                d.upsert_right((fk, f"r{fk}.{rng.randrange(4)}"))
+            elif d.right:
+                d.delete_right(rng.choice(sorted(d.right)))
+        d.upsert_left((rng.randrange(40), 0, "x"))
+        d.upsert_right((0, f"hot.{rng.randrange(100)}"))
+        left, right = d.take_changes()
+        assert left is not None and right is not None
+        changes.append([left, right])
+        joins.append({k[0]: v for k, v in d.batch_join().items()})
+    return changes, joins
+
+
+def _run(
+    spark: Any, root: Path, join: FkJoin, batches: list[list[pa.Table]]
+) -> tuple[ParquetSink, Any]:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    streams = []
+    for side in (0, 1):
+        write_batches(root / f"in{side}", [b[side] for b in batches], prefix="part")
+        schema = from_arrow_schema(batches[0][side].schema)
+        streams.append(
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(root / f"in{side}"))
+        )
+    sink = ParquetSink(str(root / "out"))
+    query = run_fk_join(
+        streams[0],
+        streams[1],
+        join,
+        partitions=3,
+        checkpoint=str(root / "ck"),
+        sink=sink,
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    return sink, query
+
+
+def _materialised(spark: Any, sink: ParquetSink, join: FkJoin) -> list[dict[Any, tuple[Any, ...]]]:
+    """The output table after each batch, applying the upsert changelog."""
+    rows = sink.read(spark).collect()
+    table: dict[Any, tuple[Any, ...]] = {}
+    after = []
+    for batch in sorted({r["batch"] for r in rows}):
+        for r in (r for r in rows if r["batch"] == batch):
+            value = tuple(r[n] for n in join.output.names)
+            if r["row_kind"] == RowKind.DELETE.value:
+                del table[value[0]]
+            else:
+                table[value[0]] = value
+        after.append(dict(table))
+    return after
+
+
+@pytest.mark.spark
+class TestFkJoinThroughSpark:
+    def test_output_after_each_batch_equals_batch_join(self, spark: Any, tmp_path: Path) -> None:
+        """Three batches of random changes to both tables (FK changes, null
+        FKs, a hot FK, right deletes), three partitions per stage: after each
+        batch the materialised output equals the batch join."""
+        join = FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
+        changes, joins = _changes(join, seed=7, batches=3)
+        sink, query = _run(spark, tmp_path, join, changes)
+        assert _materialised(spark, sink, join) == joins
+        metrics = query.last_metrics
+        assert metrics["numSubscriptionRows"] > 0
+        assert metrics["numOutputRows"] == metrics["fkjoin-results.numOutputRows"]
+
+    def test_crash_between_stages_and_after_a_commit(
+        self, spark: Any, tmp_path: Path, fault_dir: Path
+    ) -> None:
+        """A task dies after committing its partition (retried), and the
+        driver fails between the two stages of batch 1; run again, the
+        query's output after each batch equals an undisturbed run's."""
+        join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="inner")
+        changes, joins = _changes(join, seed=11, batches=3)
+        arm(str(fault_dir), "runner.task_after_commit")
+        with (
+            inject("runner.driver_between_stages", nth=2),
+            pytest.raises(Exception, match="driver_between_stages"),
+        ):
+            _run(spark, tmp_path, join, changes)
+        assert not (fault_dir / "runner.task_after_commit").exists()
+        sink, _ = _run(spark, tmp_path, join, changes)
+        assert _materialised(spark, sink, join) == joins
+
+
+def test_injected_fault_is_the_runner_point() -> None:
+    """The driver's point between stages is a known fault point."""
+    with pytest.raises(InjectedFault), inject("runner.driver_between_stages"):
+        from statestore._faults import fault
+
+        fault("runner.driver_between_stages")
