@@ -370,7 +370,8 @@ class _Driver:
                 raise InputError(
                     f"the checkpoint at {self.plan.location} was written with {what} "
                     f"{recorded[what]!r}; this query has {shape[what]!r}. Keep it, or start "
-                    "from a new checkpoint (relstate cannot repartition state in place yet)"
+                    "from a new checkpoint; to change the partition count of a stopped "
+                    "query, run `relstate repartition`"
                 )
 
     # -- one batch ---------------------------------------------------------------------

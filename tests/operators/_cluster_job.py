@@ -15,8 +15,10 @@ list of batch tables per input), key and sequence columns, and its reference.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -29,9 +31,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators import Operator, OperatorContext, ParquetSink, run_operator
+from operators import ROW_KIND, Operator, OperatorContext, ParquetSink, RowKind, run_operator
+from operators.dedup import DropDuplicates
 from operators.demo import DemoConfig, generate, reference, write_batches
 from operators.examples import RunningAggregate
+from operators.join import JoinType, StreamingJoin
+from operators.testing import OperatorHarness
 
 #: A batch's output as a multiset of rows, each ``(row_kind, *output columns)``.
 Output = list[Counter[tuple[Any, ...]]]
@@ -55,6 +60,92 @@ def _orders() -> list[list[pa.Table]]:
     return [generate(DemoConfig(batches=4, orders_per_batch=300, customers=40, seed=11))]
 
 
+def _harness_reference(
+    operator: Operator, inputs: list[list[pa.Table]], sequence: str | None
+) -> Output:
+    """Each batch's output of ``operator`` run record at a time, the rows of
+    all inputs in sequence order (as the runner sorts each partition)."""
+    out: Output = []
+    with OperatorHarness(operator) as harness:
+        for b in range(len(inputs[0])):
+            tagged = []
+            for side, batches in enumerate(inputs):
+                for i, row in enumerate(batches[b].to_pylist()):
+                    tagged.append((row[sequence] if sequence else i, side, row))
+            tagged.sort(key=lambda t: (t[0], t[1]))
+            emitted: Counter[tuple[Any, ...]] = Counter()
+            for side, group in itertools.groupby(tagged, key=lambda t: t[1]):
+                rows = [r for _, _, r in group]
+                names = operator.inputs[side].names
+                for kind, row in harness.process_rows(
+                    [tuple(r[n] for n in names) for r in rows],
+                    [r.get(ROW_KIND, RowKind.INSERT.value) for r in rows],
+                    side=side,
+                ):
+                    emitted[(kind.value, *row)] += 1
+            harness.commit()
+            out.append(emitted)
+    return out
+
+
+_SIDE = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+_SIDE_FILES = pa.schema([*_SIDE, ("seq", pa.int64()), ("row_kind", pa.string())])
+
+
+def _join_inputs() -> list[list[pa.Table]]:
+    """Per side, 4 batches of a changelog keyed by ``k`` (inserts and deletes
+    of earlier rows), with one sequence shared by both sides."""
+    rng = random.Random(21)
+    live: list[list[tuple[int, int]]] = [[], []]
+    files: list[list[pa.Table]] = [[], []]
+    seq = 0
+    for _ in range(4):
+        rows: list[list[dict[str, Any]]] = [[], []]
+        for _ in range(200):
+            side = rng.randrange(2)
+            seq += 1
+            if live[side] and rng.random() < 0.3:
+                k, v = live[side].pop(rng.randrange(len(live[side])))
+                kind = RowKind.DELETE.value
+            else:
+                k, v = rng.randrange(40), rng.randrange(5)
+                live[side].append((k, v))
+                kind = RowKind.INSERT.value
+            rows[side].append({"k": k, "v": v, "seq": seq, "row_kind": kind})
+        for side in (0, 1):
+            files[side].append(pa.Table.from_pylist(rows[side], _SIDE_FILES))
+    return files
+
+
+_EVENTS = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("seq", pa.int64())])
+
+
+def _dedup_inputs() -> list[list[pa.Table]]:
+    """4 batches of events with many repeated keys."""
+    rng = random.Random(31)
+    seq = iter(range(10**6))
+    return [
+        [
+            pa.Table.from_pylist(
+                [
+                    {"k": rng.randrange(900), "v": rng.randrange(9), "seq": next(seq)}
+                    for _ in range(300)
+                ],
+                _EVENTS,
+            )
+            for _ in range(4)
+        ]
+    ]
+
+
+def _join() -> Operator:
+    return StreamingJoin(JoinType.INNER, _SIDE, _SIDE, ["k"], ["k"], right_prefix="r_")
+
+
+def _dedup() -> Operator:
+    return DropDuplicates(_EVENTS, ["k"])
+
+
 WORKLOADS: dict[str, Workload] = {
     "running_aggregate": Workload(
         operator=RunningAggregate,
@@ -62,6 +153,20 @@ WORKLOADS: dict[str, Workload] = {
         keys=[["key"]],
         sequence="seq",
         reference=lambda inputs: reference(inputs[0]),
+    ),
+    "streaming_join": Workload(
+        operator=_join,
+        inputs=_join_inputs,
+        keys=[["k"], ["k"]],
+        sequence="seq",
+        reference=lambda inputs: _harness_reference(_join(), inputs, "seq"),
+    ),
+    "drop_duplicates": Workload(
+        operator=_dedup,
+        inputs=_dedup_inputs,
+        keys=[["k"]],
+        sequence="seq",
+        reference=lambda inputs: _harness_reference(_dedup(), inputs, "seq"),
     ),
 }
 
