@@ -33,8 +33,7 @@ import pyarrow as pa
 
 from operators import ROW_KIND, Operator, OperatorContext, ParquetSink, RowKind, run_operator
 from operators.dedup import DropDuplicates
-from operators.demo import DemoConfig, generate, reference, write_batches
-from operators.examples import RunningAggregate
+from operators.demo import write_batches
 from operators.join import JoinType, StreamingJoin
 from operators.testing import OperatorHarness
 
@@ -54,10 +53,6 @@ class Workload:
     sequence: str | None
     reference: Callable[[list[list[pa.Table]]], Output]
     partitions: int = 4
-
-
-def _orders() -> list[list[pa.Table]]:
-    return [generate(DemoConfig(batches=4, orders_per_batch=300, customers=40, seed=11))]
 
 
 def _harness_reference(
@@ -147,13 +142,6 @@ def _dedup() -> Operator:
 
 
 WORKLOADS: dict[str, Workload] = {
-    "running_aggregate": Workload(
-        operator=RunningAggregate,
-        inputs=_orders,
-        keys=[["key"]],
-        sequence="seq",
-        reference=lambda inputs: reference(inputs[0]),
-    ),
     "streaming_join": Workload(
         operator=_join,
         inputs=_join_inputs,
