@@ -98,16 +98,20 @@ class _StagesDriver(_Driver):
                     if previous is None
                     else replace(previous, winners=previous.stage_winners.get(name, {}))
                 )
-                task = _run_task(plan, batch_id, before, watermark, processing_time)
-                schema = from_arrow_schema(_task_schema(plan.operator))
-                result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
-                results.append(result)
                 last = index == len(self.stages) - 1
-                metas += [
-                    _stage_meta(m, name, last)
-                    for m in _committed(result, batch_id, plan.partitions)
-                ]
-            self.sink(results[-1].where(F.col(_META).isNull()).drop(_META), batch_id)
+                output = self._staged_output(plan.operator, batch_id) if last else None
+                task = _run_task(plan, batch_id, before, watermark, processing_time, output)
+                schema = from_arrow_schema(_task_schema(plan.operator))
+                result = keyed.mapInArrow(task, schema)
+                if output is None:
+                    result = result.persist(StorageLevel.MEMORY_AND_DISK)
+                    results.append(result)
+                committed = _committed(result, batch_id, plan.partitions)
+                metas += [_stage_meta(m, name, last) for m in committed]
+            if output is None:
+                self.sink(results[-1].where(F.col(_META).isNull()).drop(_META), batch_id)
+            else:
+                self._publish(output, committed, batch_id)
         finally:
             for result in results:
                 result.unpersist()
