@@ -315,6 +315,9 @@ class _Driver:
         self.history: list[_BatchRecord] = []
         #: What query.json records as the operator (a pipeline names its stages).
         self.name = plan.operator.name
+        #: Whether an input carries its own row-kind column (else every row is
+        #: an insert and checking the kinds would only cost a Spark job).
+        self.changelog_input = True
         self.fs, root = filesystem_of(plan.location)
         self.root = f"{root}/_runner"
         self.fs.create_dir(f"{self.root}/batches", recursive=True)
@@ -536,7 +539,7 @@ class _Driver:
         """Unknown row kinds fail the batch before any task runs."""
         from pyspark.sql import functions as F
 
-        if ROW_KIND not in batch.columns:
+        if not self.changelog_input or ROW_KIND not in batch.columns:
             return
         valid = [k.value for k in RowKind]
         bad = (
@@ -657,6 +660,7 @@ def run_operator(
         log_level=log_level,
     )
     driver = _Driver(plan, key_lists, sink, None if sequence is None else _SEQ)
+    driver.changelog_input = any(ROW_KIND in f.columns for f in frames)
     driver.check_query(key_types)
     return _start(stream, driver, checkpoint, trigger, query_name)
 
