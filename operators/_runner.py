@@ -27,7 +27,7 @@ import structlog
 
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
-from operators._sinks import BatchSink, filesystem_of, write_atomically
+from operators._sinks import BatchSink, StagedSink, filesystem_of, write_atomically
 from operators._task import BatchRun, output_schema, state_metrics, state_tables
 from operators.errors import InputError, RunnerError
 from statestore import LockHeldError, PartitionCheckpoint, StateStore, StoreConfig
@@ -77,6 +77,11 @@ class _Plan:
     log_level: int | None = None
 
 
+#: Where a task writes its output: a staged sink, the batch run's staging
+#: area in it, and the Arrow schema of the rows (Spark's types).
+_StagedOutput = tuple[StagedSink, str, pa.Schema]
+
+
 @dataclass
 class _BatchRecord:
     """What the driver records once a batch's output is written."""
@@ -121,7 +126,12 @@ def _run_task(
     previous: _BatchRecord | None,
     watermark: int | None,
     processing_time: int,
+    output: _StagedOutput | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task of one batch. With ``output``, it writes its output rows into
+    the sink's staging area and returns only its metadata row (which names its
+    part); without, it returns its output rows too."""
+
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -147,19 +157,15 @@ def _run_task(
                 processing_time,
             )
             max_time: dict[int, int] = {}
-            for batch in batches:
-                for side, part in _side_batches(batch, plan.side_columns):
-                    mark = plan.watermarks.get(side)
-                    if mark is not None and part.num_rows:
-                        latest = _max_millis(part.column(mark.column))
-                        if latest is not None:
-                            max_time[side] = max(max_time.get(side, latest), latest)
-                    run.process(side, part)
-                    yield _with_meta(run.drain(), out_schema, None)
-            run.fire_timers()
-            run.advance_watermark()
-            output = run.finish()
-            yield _with_meta(output, out_schema, None)
+            outputs = _outputs(run, batches, plan, max_time)
+            part = None
+            if output is None:
+                for out in outputs:
+                    if out.num_rows:
+                        yield _with_meta(out, out_schema, None)
+            else:
+                sink, staging, schema = output
+                part = sink.write_part(staging, partition, schema, outputs)
             metrics = {**run.metrics, **state_metrics(store.tables)}
             started = time.perf_counter()
             info = store.commit(batch_id)
@@ -172,11 +178,35 @@ def _run_task(
                 "metrics": metrics,
                 "max_event_time": {str(k): v for k, v in max_time.items()},
             }
+            if part is not None:
+                meta["part"] = part
             yield _with_meta(None, out_schema, json.dumps(meta))
         finally:
             store.close()
 
     return task
+
+
+def _outputs(
+    run: BatchRun,
+    batches: Iterator[pa.RecordBatch],
+    plan: _Plan,
+    max_time: dict[int, int],
+) -> Iterator[pa.RecordBatch]:
+    """Run the operator over a task's input batches; its output batches (some
+    empty). Notes each watermarked side's latest event time in ``max_time``."""
+    for batch in batches:
+        for side, part in _side_batches(batch, plan.side_columns):
+            mark = plan.watermarks.get(side)
+            if mark is not None and part.num_rows:
+                latest = _max_millis(part.column(mark.column))
+                if latest is not None:
+                    max_time[side] = max(max_time.get(side, latest), latest)
+            run.process(side, part)
+            yield run.drain()
+    run.fire_timers()
+    run.advance_watermark()
+    yield run.finish()
 
 
 def _open_store(plan: _Plan, partition: int, attempt: int) -> StateStore:
@@ -285,6 +315,9 @@ class _Driver:
         self.history: list[_BatchRecord] = []
         #: What query.json records as the operator (a pipeline names its stages).
         self.name = plan.operator.name
+        #: Whether an input carries its own row-kind column (else every row is
+        #: an insert and checking the kinds would only cost a Spark job).
+        self.changelog_input = True
         self.fs, root = filesystem_of(plan.location)
         self.root = f"{root}/_runner"
         self.fs.create_dir(f"{self.root}/batches", recursive=True)
@@ -426,8 +459,14 @@ class _Driver:
         )
         if self.sequence is not None:
             keyed = keyed.sortWithinPartitions(self.sequence)
-        task = _run_task(self.plan, batch_id, previous, watermark, processing_time)
+        output = self._staged_output(self.plan.operator, batch_id)
+        task = _run_task(self.plan, batch_id, previous, watermark, processing_time, output)
         schema = from_arrow_schema(_task_schema(self.plan.operator))
+        if output is not None:
+            # One Spark job: the tasks wrote their parts; publish the winners'.
+            metas = _committed(keyed.mapInArrow(task, schema), batch_id, self.plan.partitions)
+            self._publish(output, metas, batch_id)
+            return metas
         result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             metas = _committed(result, batch_id, self.plan.partitions)
@@ -435,6 +474,24 @@ class _Driver:
         finally:
             result.unpersist()
         return metas
+
+    def _staged_output(self, operator: Operator, batch_id: int) -> _StagedOutput | None:
+        """Where this run of the batch's tasks write their output, if the
+        sink takes parts from the tasks (``None``: the driver hands it the
+        output as a DataFrame)."""
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+        if not isinstance(self.sink, StagedSink):
+            return None
+        fields = [f.with_nullable(True) for f in output_schema(operator)]
+        schema = to_arrow_schema(from_arrow_schema(pa.schema(fields)), timezone="UTC")
+        return self.sink, self.sink.stage(batch_id), schema
+
+    def _publish(self, output: _StagedOutput, metas: list[dict[str, Any]], batch_id: int) -> None:
+        """Publish the parts the winning attempts wrote (named in their
+        metadata rows) as the batch's output."""
+        sink, staging, _ = output
+        sink.publish(staging, [m["part"] for m in metas], batch_id)
 
     def _watermark(self, previous: _BatchRecord | None) -> int | None:
         """Spark's rule: the minimum over inputs of (max event time seen
@@ -483,7 +540,7 @@ class _Driver:
         """Unknown row kinds fail the batch before any task runs."""
         from pyspark.sql import functions as F
 
-        if ROW_KIND not in batch.columns:
+        if not self.changelog_input or ROW_KIND not in batch.columns:
             return
         valid = [k.value for k in RowKind]
         bad = (
@@ -608,6 +665,7 @@ def run_operator(
         log_level=log_level,
     )
     driver = _Driver(plan, key_lists, sink, None if sequence is None else _SEQ)
+    driver.changelog_input = any(ROW_KIND in f.columns for f in frames)
     driver.check_query(key_types)
     return _start(stream, driver, checkpoint, trigger, query_name)
 

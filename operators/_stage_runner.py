@@ -79,8 +79,14 @@ class _StagesDriver(_Driver):
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        results: list[DataFrame] = []
+        results: list[DataFrame] = []  # each stage's result, by stage index
+        cached: list[DataFrame] = []
         metas: list[dict[str, Any]] = []
+        readers = sum(any(not s.from_stage for s in stage.sources) for stage in self.stages)
+        if readers > 1:
+            # Several stages read the query's inputs: read them once.
+            batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(batch)
         try:
             for index, (stage, plan) in enumerate(zip(self.stages, self.plans, strict=True)):
                 if index:
@@ -98,19 +104,24 @@ class _StagesDriver(_Driver):
                     if previous is None
                     else replace(previous, winners=previous.stage_winners.get(name, {}))
                 )
-                task = _run_task(plan, batch_id, before, watermark, processing_time)
-                schema = from_arrow_schema(_task_schema(plan.operator))
-                result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
-                results.append(result)
                 last = index == len(self.stages) - 1
-                metas += [
-                    _stage_meta(m, name, last)
-                    for m in _committed(result, batch_id, plan.partitions)
-                ]
-            self.sink(results[-1].where(F.col(_META).isNull()).drop(_META), batch_id)
+                output = self._staged_output(plan.operator, batch_id) if last else None
+                task = _run_task(plan, batch_id, before, watermark, processing_time, output)
+                schema = from_arrow_schema(_task_schema(plan.operator))
+                result = keyed.mapInArrow(task, schema)
+                if output is None:
+                    result = result.persist(StorageLevel.MEMORY_AND_DISK)
+                    results.append(result)
+                    cached.append(result)
+                committed = _committed(result, batch_id, plan.partitions)
+                metas += [_stage_meta(m, name, last) for m in committed]
+            if output is None:
+                self.sink(results[-1].where(F.col(_META).isNull()).drop(_META), batch_id)
+            else:
+                self._publish(output, committed, batch_id)
         finally:
-            for result in results:
-                result.unpersist()
+            for frame in cached:
+                frame.unpersist()
         return metas
 
     def _stage_input(self, stage: Stage, batch: DataFrame, results: list[DataFrame]) -> DataFrame:
@@ -243,5 +254,6 @@ def run_stages(
         plans.append(_Plan(stage.operator, location, partitions, columns, {}, store, log_level))
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
     driver = _StagesDriver(stages, plans, input_columns, sink)
+    driver.changelog_input = any(ROW_KIND in f.columns for f in frames)
     driver.check_query(shape)
     return _start(stream, driver, checkpoint, trigger, query_name)

@@ -119,8 +119,9 @@ class TestRunner:
     ) -> None:
         """A task killed after committing its partition is retried: the batch
         has two attempts of that version, the recorded winner is the retry's,
-        and output and state equal a run with no failure; with the state on a
-        local disk and on S3 (a moto server on loopback)."""
+        output and state equal a run with no failure, and the batch's output
+        holds one part per partition (the dead attempt's part is left out);
+        with the state on a local disk and on S3 (a moto server on loopback)."""
         location = str(tmp_path / "checkpoint" / "state")
         if where == "s3":
             location = request.getfixturevalue("s3").uri()
@@ -132,6 +133,9 @@ class TestRunner:
             len(PartitionCheckpoint(location, "running_aggregate", p).commits(0)) for p in range(3)
         ]
         assert sorted(attempts) == [1, 1, 2]
+        # The dead attempt wrote its part too; only the winners' are published.
+        parts = sorted(p.name[:10] for p in (tmp_path / "output" / "batch=0").glob("part-*"))
+        assert parts == [f"part-{i:05d}" for i in range(3)]
 
     def test_resume_after_stop_continues(
         self, spark: Any, tmp_path: Path, small: list[pa.Table]
