@@ -282,8 +282,16 @@ def _bench_suite(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``relstate`` command with ``argv`` (default: the process's arguments)."""
+    import structlog
+
     args = _parser().parse_args(argv)
-    code: int = args.handler(args)
+    # A command may quiet relstate's log events for its run; whoever called
+    # main in-process (a test, a notebook) gets their configuration back.
+    before = structlog.get_config()
+    try:
+        code: int = args.handler(args)
+    finally:
+        structlog.configure(**before)
     return code
 
 

@@ -92,3 +92,14 @@ class TestBench:
         assert "matplotlib is not installed" in text
         assert "![" not in text
         assert not (tmp_path / "img").exists()
+
+
+class TestLogConfiguration:
+    def test_a_command_leaves_the_callers_log_configuration(self, tmp_path: Path) -> None:
+        """inspect quiets log events for its run only: afterwards structlog's
+        configuration is the caller's again (a leak once broke later tests)."""
+        import structlog
+
+        before = structlog.get_config()
+        assert main(["inspect", str(tmp_path / "nothing-here")]) == 2
+        assert structlog.get_config() == before
