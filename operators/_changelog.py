@@ -50,7 +50,7 @@ class RowKind(enum.Enum):
 _BY_SYMBOL = {k.value: k for k in RowKind}
 
 
-def row_kinds(batch: pa.RecordBatch) -> list[RowKind]:
+def row_kinds(batch: pa.RecordBatch | pa.Table) -> list[RowKind]:
     """The kind of each row of ``batch``: its row-kind column, or all inserts
     when it has none. An unknown symbol or a null raises ``EncodingError``."""
     index = batch.schema.get_field_index(ROW_KIND)

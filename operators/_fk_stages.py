@@ -25,6 +25,7 @@ __all__ = ["FK", "HASH", "ResultStage", "SubscriptionStage"]
 FK = "__fk"
 HASH = "__hash"
 _SEQ = "__seq"
+_ORDER = "__order"
 _RIGHT = "__right_"
 _EMITTED = "__emitted"
 
@@ -39,7 +40,9 @@ class SubscriptionStage(Operator):
     produce a null result of its own). Input 1 is the right changelog: an
     insert, update or delete of FK answers every K subscribed to FK (a prefix
     scan of ``FK | K``). ``-U`` is skipped: the ``+U`` after it replaces the row.
-    Every answer is a response ``(K, hash, right row or nulls, seq)``.
+    Every answer is a response ``(K, hash, right row or nulls, seq, order)``;
+    ``order`` numbers the partition's responses as they are made, so the last
+    one made for K is known even where rows share a sequence number.
     """
 
     def __init__(self, join: FkJoin) -> None:
@@ -58,6 +61,7 @@ class SubscriptionStage(Operator):
                 digest,
                 *[pa.field(_RIGHT + f.name, f.type) for f in join.right],
                 pa.field(_SEQ, pa.int64(), nullable=False),
+                pa.field(_ORDER, pa.int64(), nullable=False),
             ]
         )
         #: The output column that orders responses.
@@ -69,6 +73,23 @@ class SubscriptionStage(Operator):
         ]
         self._right_key = join.right.get_field_index(join.right_key)
         self._no_right = (None,) * len(join.right)
+        #: Per partition in progress: how many responses it has made.
+        self._made: dict[int, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Batches in progress belong to this process; a pickled copy starts empty.
+        return {**self.__dict__, "_made": {}}
+
+    def open(self, ctx: OperatorContext) -> None:
+        self._made[id(ctx)] = 0
+
+    def _respond(
+        self, ctx: OperatorContext, key: tuple[Any, ...], right: tuple[Any, ...], seq: int
+    ) -> None:
+        """Emit one response, numbered after the partition's earlier ones."""
+        order = self._made[id(ctx)]
+        self._made[id(ctx)] = order + 1
+        ctx.emit((*key, *right, seq, order))
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
@@ -88,7 +109,7 @@ class SubscriptionStage(Operator):
             return
         subscriptions.upsert((fk, *key, digest))
         right = ctx.table("right").get_row((fk,))
-        ctx.emit((*key, digest, *(right or self._no_right), seq))
+        self._respond(ctx, (*key, digest), right or self._no_right, seq)
 
     def _right_change(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
         if kind is RowKind.UPDATE_BEFORE:
@@ -111,9 +132,10 @@ class SubscriptionStage(Operator):
             right.upsert(new)
             answer = new
         for subscription in ctx.table("subscriptions").scan((fk,)):
-            ctx.emit((*subscription[1:], *answer, seq))
+            self._respond(ctx, subscription[1:], answer, seq)
 
     def close(self, ctx: OperatorContext) -> None:
+        self._made.pop(id(ctx), None)
         ctx.count("numSubscriptionRows", ctx.table("subscriptions").row_count)
 
 
@@ -125,10 +147,10 @@ class _Pending:
     touched: dict[tuple[Any, ...], None] = field(default_factory=dict)
     #: For each K the left input touched: whether K had an output row before.
     prior: dict[tuple[Any, ...], bool] = field(default_factory=dict)
-    #: For each K: per left-row hash, the newest response (seq, right row).
-    responses: dict[tuple[Any, ...], dict[bytes, tuple[int, tuple[Any, ...] | None]]] = field(
-        default_factory=dict
-    )
+    #: For each K: per left-row hash, the newest response ((seq, order), right row).
+    responses: dict[
+        tuple[Any, ...], dict[bytes, tuple[tuple[int, int], tuple[Any, ...] | None]]
+    ] = field(default_factory=dict)
 
 
 class ResultStage(Operator):
@@ -138,10 +160,12 @@ class ResultStage(Operator):
     carry before-images: ``-U``/``-D`` retract the row the table holds, ``+I``/
     ``+U`` add one where none is. Input 1 is the responses. At the end of the
     batch each touched K is resolved against its left row as it then stands:
-    only a response with that row's hash counts (the newest by sequence), the
-    others were computed for an older version of the row and are dropped
-    (``numResultsDroppedAsStale``). K's output changes only when its result
-    does: a joined row (``+I``, or ``+U`` over an earlier one) or a delete.
+    only a response with that row's hash counts (the newest: by sequence, then
+    by the order the subscription stage made them); the others were computed
+    for an older version of the row and are dropped
+    (``numResultsDroppedAsStale``). Each touched K gets one output row: its
+    joined row (``+I``, or ``+U`` over an earlier one), or a delete if it had
+    an output and has no result now.
     """
 
     def __init__(self, join: FkJoin) -> None:
@@ -178,11 +202,13 @@ class ResultStage(Operator):
         pending = self._pending[id(ctx)]
         if side == 1:
             n = len(self._keys)
-            key, digest, right, seq = row[:n], row[n], row[n + 1 : -1], row[-1]
+            key, digest, right, made = row[:n], row[n], row[n + 1 : -2], (row[-2], row[-1])
             pending.touched[key] = None
             answers = pending.responses.setdefault(key, {})
-            if digest not in answers or answers[digest][0] < seq:
-                answers[digest] = (seq, right if right[self._right_key] is not None else None)
+            # Responses for one row (one hash, so one FK) all come from one
+            # subscription partition, which made them in sequence order.
+            if digest not in answers or answers[digest][0] < made:
+                answers[digest] = (made, right if right[self._right_key] is not None else None)
             return
         key = tuple(row[i] for i in self._keys)
         table = ctx.table("left")

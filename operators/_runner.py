@@ -34,7 +34,7 @@ from statestore import LockHeldError, PartitionCheckpoint, StateStore, StoreConf
 from statestore._faults import fault
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["RelstateQuery", "Watermark", "run_operator"]
@@ -114,6 +114,18 @@ def _side_batches(
             arrays = [part.column(_tagged(side, n)) for n in names]
             yield side, pa.RecordBatch.from_arrays(arrays, names=names)
             start = i
+
+
+def _in_sequence(sequence: str) -> list[Column]:
+    """How a partition's rows are ordered: by ``sequence``, and at one sequence
+    number retractions (``-U``, ``-D``) before accumulations (``+I``, ``+U``),
+    so that an update's ``-U``/``+U`` pair sharing its number applies in order.
+    Spark's sort is not stable: without the second key such ties would come in
+    any order, and differently when a task runs again."""
+    from pyspark.sql import functions as F
+
+    retract = F.col(ROW_KIND).isin(RowKind.UPDATE_BEFORE.value, RowKind.DELETE.value)
+    return [F.col(sequence), F.when(retract, 0).otherwise(1)]
 
 
 def _tagged(side: int, name: str) -> str:
@@ -458,7 +470,7 @@ class _Driver:
             self.plan.partitions, *[F.col(f"__k{i}") for i in range(len(self.keys[0]))]
         )
         if self.sequence is not None:
-            keyed = keyed.sortWithinPartitions(self.sequence)
+            keyed = keyed.sortWithinPartitions(*_in_sequence(self.sequence))
         output = self._staged_output(self.plan.operator, batch_id)
         task = _run_task(self.plan, batch_id, previous, watermark, processing_time, output)
         schema = from_arrow_schema(_task_schema(self.plan.operator))

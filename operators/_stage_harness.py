@@ -4,19 +4,22 @@ Spark, over several partitions per stage.
 What the Spark runner does per micro-batch, in one process: for each stage in
 order, route every row of each source (a query input, or an earlier stage's
 output of this batch) to its partition by the stage's keys, order each
-partition's rows by the sequence column, feed them to that partition's
-:class:`~operators.testing.OperatorHarness`, and commit. Partitions of
-different stages hash different keys, so a protocol between stages (the
-foreign-key join's subscriptions and responses) really crosses partitions.
+partition's rows by the sequence column (at one number, retractions first),
+feed them to that partition's :class:`~operators.testing.OperatorHarness`, and
+commit. Partitions of different stages hash different keys, so a protocol
+between stages (the foreign-key join's subscriptions and responses) really
+crosses partitions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
 
+from operators._changelog import row_kinds
 from operators._stages import Stage, check_stages, partition_of
 from operators._task import output_schema
 from operators.errors import InputError
@@ -72,8 +75,9 @@ class StageHarness:
         outputs: list[pa.Table],
     ) -> pa.Table:
         n = len(harnesses)
-        # Per partition: (sequence, side, row index) of every row it gets.
-        routed: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        # Per partition: (sequence, retraction last, side, row index) of every
+        # row it gets: the order the Spark runner sorts in.
+        routed: list[list[tuple[int, int, int, int]]] = [[] for _ in range(n)]
         tables: list[pa.Table] = []
         for side, source in enumerate(stage.sources):
             table = outputs[source.origin] if source.from_stage else inputs[source.origin]
@@ -84,21 +88,22 @@ class StageHarness:
                 continue
             keys = list(zip(*[table.column(k).to_pylist() for k in source.keys], strict=True))
             seqs = table.column(source.sequence or self.sequence_column).to_pylist()
-            for index, (key, seq) in enumerate(zip(keys, seqs, strict=True)):
+            ranks = [int(k.is_accumulate) for k in row_kinds(table)]
+            for index, (key, seq, rank) in enumerate(zip(keys, seqs, ranks, strict=True)):
                 if source.drop_null_keys and any(v is None for v in key):
                     continue
-                routed[partition_of(key, n)].append((seq, side, index))
+                routed[partition_of(key, n)].append((seq, rank, side, index))
         metrics: dict[str, int] = {}
         emitted: list[pa.RecordBatch] = []
         for harness, rows in zip(harnesses, routed, strict=True):
             harness.output.clear()
-            # Stable: ties keep side order.
-            rows.sort(key=(lambda r: (r[1], r[0])) if stage.sides_in_turn else (lambda r: r[0]))
+            # Stable: rows with one sequence number and kind keep side order.
+            rows.sort(key=itemgetter(2, 0, 1) if stage.sides_in_turn else itemgetter(0, 1))
             start = 0
             for i in range(1, len(rows) + 1):
-                if i == len(rows) or rows[i][1] != rows[start][1]:
-                    side = rows[start][1]
-                    picked = pa.array([r[2] for r in rows[start:i]], type=pa.int64())
+                if i == len(rows) or rows[i][2] != rows[start][2]:
+                    side = rows[start][2]
+                    picked = pa.array([r[3] for r in rows[start:i]], type=pa.int64())
                     part = tables[side].take(picked).combine_chunks()
                     harness.process_batch(part.to_batches()[0], side)
                     start = i

@@ -29,6 +29,7 @@ from operators._runner import (
     _BatchRecord,
     _committed,
     _Driver,
+    _in_sequence,
     _Plan,
     _run_task,
     _start,
@@ -92,7 +93,9 @@ class _StagesDriver(_Driver):
                 if index:
                     fault("runner.driver_between_stages")
                 keys = [F.col(f"__k{i}") for i in range(len(stage.sources[0].keys))]
-                order = [_SIDE, _SEQ] if stage.sides_in_turn else [_SEQ]
+                order = _in_sequence(_SEQ)
+                if stage.sides_in_turn:
+                    order.insert(0, F.col(_SIDE))
                 keyed = (
                     self._stage_input(stage, batch, results)
                     .repartition(plan.partitions, *keys)

@@ -6,6 +6,7 @@ of the two tables that the output must equal."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pyarrow as pa
@@ -17,49 +18,75 @@ Key = tuple[Any, ...]
 
 
 class FkDriver:
-    """One FK join, fed table changes, run batch by batch."""
+    """One FK join, fed table changes, run batch by batch.
 
-    def __init__(self, join: FkJoin, partitions: tuple[int, int] = (3, 2)) -> None:
+    Every changelog row gets its own sequence number, unless
+    ``shared_sequences``: then an update's ``-U``/``+U`` pair shares one, and
+    a left and a right change share one until a side changes again. With
+    ``shuffle``, each table's changelog rows reach the join in random order,
+    as Spark's shuffle may deliver them; only their numbers order them.
+    """
+
+    def __init__(
+        self,
+        join: FkJoin,
+        partitions: tuple[int, int] = (3, 2),
+        shared_sequences: bool = False,
+        shuffle: random.Random | None = None,
+    ) -> None:
         self.join = join
+        self.shared_sequences = shared_sequences
+        self.shuffle = shuffle
         self.harness = StageHarness(join.stages(), 2, partitions, join.sequence_column)
         self.left: dict[Key, tuple[Any, ...]] = {}
         self.right: dict[Any, tuple[Any, ...]] = {}
         #: The output table as the upsert changelog leaves it, by K.
         self.output: dict[Key, tuple[Any, ...]] = {}
         self._seq = 0
+        self._sides_at_seq: set[int] = set()
         self._changes: list[list[tuple[tuple[Any, ...], str, int]]] = [[], []]
         self._lkey = [join.left.get_field_index(k) for k in join.left_key]
         self._okey = [join.output.get_field_index(k) for k in join.left_key]
         self._rkey = join.right.get_field_index(join.right_key)
 
-    def _change(self, side: int, row: tuple[Any, ...], kind: RowKind) -> None:
-        self._seq += 1
-        self._changes[side].append((row, kind.value, self._seq))
+    def _number(self, side: int) -> int:
+        """The sequence number of the next change of ``side``."""
+        if not self.shared_sequences or side in self._sides_at_seq:
+            self._seq += 1
+            self._sides_at_seq.clear()
+        self._sides_at_seq.add(side)
+        return self._seq
+
+    def _change(self, side: int, row: tuple[Any, ...], kind: RowKind, seq: int) -> None:
+        self._changes[side].append((row, kind.value, seq))
 
     def upsert_left(self, row: tuple[Any, ...]) -> None:
         """Insert or replace a left row: ``+I``, or ``-U`` of the old then ``+U``."""
         key = tuple(row[i] for i in self._lkey)
         old = self.left.get(key)
+        seq = self._number(0)
         if old is None:
-            self._change(0, row, RowKind.INSERT)
+            self._change(0, row, RowKind.INSERT, seq)
         else:
-            self._change(0, old, RowKind.UPDATE_BEFORE)
-            self._change(0, row, RowKind.UPDATE_AFTER)
+            self._change(0, old, RowKind.UPDATE_BEFORE, seq)
+            after = seq if self.shared_sequences else self._number(0)
+            self._change(0, row, RowKind.UPDATE_AFTER, after)
         self.left[key] = row
 
     def delete_left(self, key: Key) -> None:
         """Delete a left row (``-D`` with its before-image)."""
-        self._change(0, self.left.pop(key), RowKind.DELETE)
+        self._change(0, self.left.pop(key), RowKind.DELETE, self._number(0))
 
     def upsert_right(self, row: tuple[Any, ...]) -> None:
         """Insert or replace a right row (an upsert: ``+I`` or ``+U``)."""
         fk = row[self._rkey]
-        self._change(1, row, RowKind.UPDATE_AFTER if fk in self.right else RowKind.INSERT)
+        kind = RowKind.UPDATE_AFTER if fk in self.right else RowKind.INSERT
+        self._change(1, row, kind, self._number(1))
         self.right[fk] = row
 
     def delete_right(self, fk: Any) -> None:
         """Delete a right row."""
-        self._change(1, self.right.pop(fk), RowKind.DELETE)
+        self._change(1, self.right.pop(fk), RowKind.DELETE, self._number(1))
 
     def take_changes(self) -> list[pa.Table | None]:
         """The pending changes of each table as a changelog (its columns, the
@@ -67,6 +94,8 @@ class FkDriver:
         tables: list[pa.Table | None] = []
         for side, schema in enumerate((self.join.left, self.join.right)):
             rows, self._changes[side] = self._changes[side], []
+            if self.shuffle is not None:
+                self.shuffle.shuffle(rows)
             if not rows:
                 tables.append(None)
                 continue

@@ -38,18 +38,23 @@ def _fk_unless_z(row: tuple[Any, ...]) -> int | None:
     return None if row[2] == "z" else row[1]
 
 
-def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]], list[Any]]:
+def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]], list[Any], int]:
     """Random changes of both tables, ``batches`` times: each batch's two
-    changelogs (never empty, so one file per side per batch), and the batch
-    join of the tables as they stand after it, by K."""
+    changelogs (never empty, so one file per side per batch), the batch join
+    of the tables as they stand after it, by K, and the number of left rows
+    with an FK at the end (the subscriptions). Sequence numbers are shared
+    between the tables and within update pairs, and each changelog's rows are
+    shuffled: only the numbers order them."""
     rng = random.Random(seed)
-    d = FkDriver(join)
+    d = FkDriver(join, shared_sequences=True, shuffle=rng)
     changes, joins = [], []
     for _ in range(batches):
         for _ in range(rng.randint(5, 25)):
             if rng.random() < 0.5:
                 fk = rng.choice([None, 0, *range(8)])
                 d.upsert_left((rng.randrange(40), fk, rng.choice("xyz")))
+            elif rng.random() < 0.2 and d.left:
+                d.delete_left(rng.choice(sorted(d.left)))
             elif rng.random() < 0.8:
                 fk = rng.randrange(8)
                 d.upsert_right((fk, f"r{fk}.{rng.randrange(4)}"))
@@ -61,7 +66,8 @@ def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]
         assert left is not None and right is not None
         changes.append([left, right])
         joins.append({k[0]: v for k, v in d.batch_join().items()})
-    return changes, joins
+    subscriptions = sum(join.foreign_key_of(row) is not None for row in d.left.values())
+    return changes, joins, subscriptions
 
 
 def _run(
@@ -112,14 +118,15 @@ def _materialised(spark: Any, sink: ParquetSink, join: FkJoin) -> list[dict[Any,
 class TestFkJoinThroughSpark:
     def test_output_after_each_batch_equals_batch_join(self, spark: Any, tmp_path: Path) -> None:
         """Three batches of random changes to both tables (FK changes, null
-        FKs, a hot FK, right deletes), three partitions per stage: after each
-        batch the materialised output equals the batch join."""
+        FKs, a hot FK, left and right deletes, shared sequence numbers), three
+        partitions per stage: after each batch the materialised output equals
+        the batch join, and the subscriptions are the left rows with an FK."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
-        changes, joins = _changes(join, seed=7, batches=3)
+        changes, joins, subscriptions = _changes(join, seed=7, batches=3)
         sink, query = _run(spark, tmp_path, join, changes)
         assert _materialised(spark, sink, join) == joins
         metrics = query.last_metrics
-        assert metrics["numSubscriptionRows"] > 0
+        assert metrics["numSubscriptionRows"] == subscriptions
         assert metrics["numOutputRows"] == metrics["fkjoin-results.numOutputRows"]
 
     def test_crash_between_stages_and_after_a_commit(
@@ -129,7 +136,7 @@ class TestFkJoinThroughSpark:
         driver fails between the two stages of batch 1; run again, the
         query's output after each batch equals an undisturbed run's."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="inner")
-        changes, joins = _changes(join, seed=11, batches=3)
+        changes, joins, _ = _changes(join, seed=11, batches=3)
         arm(str(fault_dir), "runner.task_after_commit")
         with (
             inject("runner.driver_between_stages", nth=2),
