@@ -37,6 +37,8 @@ Row = tuple[Any, ...]
 #: the one table id that no user table may have.
 _META_PREFIX = b"\xff\xff\xff\xff"
 _META = struct.Struct(">qq")  # last committed epoch, committed row count
+#: ``clean_below``'s default start: the table's first row (``None`` is a key value).
+_TABLE_START: Any = object()
 
 
 def meta_key(table_id: int) -> bytes:
@@ -521,15 +523,21 @@ class StateTable:
 
     # -- watermark cleaning ---------------------------------------------------------
 
-    def clean_below(self, watermark: Any) -> int:
+    def clean_below(self, watermark: Any, start: Any = _TABLE_START) -> int:
         """Remove every row whose first key column sorts before ``watermark`` in
-        the table's key order (nulls included when they sort first).
+        the table's key order (nulls included when they sort first), and, given
+        ``start``, not before ``start``: a caller that knows nothing is stored
+        below ``start`` (an earlier clean's watermark) saves the count its
+        walk over those keys, and over the earlier cleans' tombstones.
 
         Storage is cleared by one range delete at commit; the rows are counted
         with a key-only iteration so that the row count stays exact. Returns the
         number of rows removed.
         """
-        lower, upper = self._prefix, self.keys.encode([watermark])
+        upper = self.keys.encode([watermark])
+        lower = self._prefix if start is _TABLE_START else self.keys.encode([start])
+        if lower >= upper:
+            return 0
         dropped = self._mem.drop_range(lower, upper)
         # Rows visible before the clean: the pending ones that exist, and the
         # stored ones that no pending operation shadows. Strict mode knows from

@@ -298,7 +298,7 @@ class AppendJoin(Operator):
                     theirs = SideState.input_of(row)
                     ctx.emit(theirs + padding if side == 0 else padding + theirs)
                     padded += 1
-        index.clean_below(cut + 1)
+        index.clean_below(cut + 1, start=floor)
         name = SIDE_NAMES[side]
         ctx.count(f"{name}RowsEvicted", len(stored))
         ctx.count(f"{name}RowsRemoved", len(stored))

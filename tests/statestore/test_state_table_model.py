@@ -38,6 +38,7 @@ OPS = st.one_of(
     st.tuples(st.just("get_rows"), st.lists(ROWS, max_size=4)),
     st.tuples(st.just("scan"), st.tuples(st.integers(0, 2), A, B, st.booleans(), st.booleans())),
     st.tuples(st.just("clean"), A),
+    st.tuples(st.just("clean_from"), st.tuples(A, A)),
     st.just(("commit", None)),
     st.just(("abort", None)),
     st.just(("reopen", None)),
@@ -142,6 +143,13 @@ class TestStateTableModel:
                 bound = keys.encode((arg,))
                 gone = [k for k in cur if keys.encode(k) < bound]
                 assert table.clean_below(arg) == len(gone)
+                for k in gone:
+                    del cur[k]
+            elif name == "clean_from":
+                start, watermark = arg
+                lower, upper = keys.encode((start,)), keys.encode((watermark,))
+                gone = [k for k in cur if lower <= keys.encode(k) < upper]
+                assert table.clean_below(watermark, start=start) == len(gone)
                 for k in gone:
                     del cur[k]
             elif name == "commit":
