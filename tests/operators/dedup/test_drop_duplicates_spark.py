@@ -92,12 +92,19 @@ def _row(r: Any) -> tuple[Any, ...]:
     return (r["k"], r["ts"], r["v"])
 
 
-def run_spark(spark: Any, source: Path, checkpoint: Path, within: bool) -> tuple[Batches, Any]:
+#: The operators compared: Spark's call, by a name for the test ids.
+MODES = {
+    "dropDuplicates(k, ts)": ("dropDuplicates", ["k", "ts"]),
+    "dropDuplicates(k)": ("dropDuplicates", ["k"]),
+    "dropDuplicatesWithinWatermark(k)": ("dropDuplicatesWithinWatermark", ["k"]),
+}
+
+
+def run_spark(spark: Any, source: Path, checkpoint: Path, mode: str) -> tuple[Batches, Any]:
     """Spark's native operator; each batch's rows, and the query."""
+    method, keys = MODES[mode]
     frame = _stream(spark, source).withWatermark("ts", f"{DELAY_MS} milliseconds")
-    frame = (
-        frame.dropDuplicatesWithinWatermark(["k"]) if within else frame.dropDuplicates(["k", "ts"])
-    )
+    frame = getattr(frame, method)(keys)
     collected: dict[int, Counter[tuple[Any, ...]]] = {}
 
     def collect(batch: Any, batch_id: int) -> None:
@@ -119,13 +126,14 @@ def run_spark(spark: Any, source: Path, checkpoint: Path, within: bool) -> tuple
     return [collected.get(i, Counter()) for i in range(max(collected) + 1)], query
 
 
-def run_relstate(spark: Any, source: Path, root: Path, within: bool) -> tuple[Batches, Any]:
+def run_relstate(spark: Any, source: Path, root: Path, mode: str) -> tuple[Batches, Any]:
     """relstate's operator through the runner; each batch's rows, and the query."""
     schema = events_schema(spark.conf.get("spark.sql.session.timeZone"))
+    method, keys = MODES[mode]
     operator = (
-        DropDuplicatesWithinWatermark(schema, ["k"], event_time="ts", delay_ms=DELAY_MS)
-        if within
-        else DropDuplicates(schema, ["k", "ts"], event_time="ts")
+        DropDuplicatesWithinWatermark(schema, keys, event_time="ts", delay_ms=DELAY_MS)
+        if method == "dropDuplicatesWithinWatermark"
+        else DropDuplicates(schema, keys, event_time="ts")
     )
     sink = ParquetSink(str(root / "output"))
     query = run_operator(
@@ -157,15 +165,19 @@ def spark_counters(query: Any) -> tuple[int, int]:
 
 
 class TestAgainstSpark:
-    @pytest.mark.parametrize("within", [False, True], ids=["dropDuplicates", "withinWatermark"])
-    def test_same_rows_per_batch_as_spark(self, spark: Any, tmp_path: Path, within: bool) -> None:
+    @pytest.mark.parametrize(("mode", "seed"), [(m, 7 + 4 * i) for i, m in enumerate(MODES)])
+    def test_same_rows_per_batch_as_spark(
+        self, spark: Any, tmp_path: Path, mode: str, seed: int
+    ) -> None:
         """Every batch outputs the same rows as Spark's native operator, and the
-        rows dropped as late and as duplicates add up to Spark's counts."""
-        batches = random_batches(seed=11 if within else 7)
+        rows dropped as late and as duplicates add up to Spark's counts; for
+        dropDuplicates with and without the event time in the key, and for
+        dropDuplicatesWithinWatermark."""
+        batches = random_batches(seed)
         source = tmp_path / "source"
         write_batches(source, batches, prefix="events")
-        expected, spark_query = run_spark(spark, source, tmp_path / "spark", within)
-        got, query = run_relstate(spark, source, tmp_path / "relstate", within)
+        expected, spark_query = run_spark(spark, source, tmp_path / "spark", mode)
+        got, query = run_relstate(spark, source, tmp_path / "relstate", mode)
         assert len(expected) == len(batches)
         assert got == expected
         late, duplicates = spark_counters(spark_query)
