@@ -34,9 +34,12 @@ def _size(n: int) -> str:
     return f"{size:.1f} {unit}"
 
 
-def describe(location: StateLocation, batch_id: int | None = None) -> str:
-    """The query, its operators' tables and schemas, and per partition the
-    commit read, the kept versions, the changelog chain, size and rows."""
+def describe(
+    location: StateLocation, batch_id: int | None = None, operator: str | None = None
+) -> str:
+    """The query, its operators' tables and schemas (``operator``'s alone,
+    when given), and per partition the commit read, the kept versions, the
+    changelog chain, size and rows."""
     out = [f"state at {location.path}"]
     query = location.query()
     batches = location.recorded_batches()
@@ -53,10 +56,11 @@ def describe(location: StateLocation, batch_id: int | None = None) -> str:
             f"watermark {watermark})"
         )
     meta = metadata(location, batch_id).to_pylist()
-    for operator in location.operators():
-        mine = [m for m in meta if m["operator"] == operator]
+    shown = location.operators() if operator is None else [location.operator(operator)]
+    for name in shown:
+        mine = [m for m in meta if m["operator"] == name]
         out.append("")
-        out.append(f"operator {operator}")
+        out.append(f"operator {name}")
         seen: set[str] = set()
         for m in mine:
             if m["table"] in seen:

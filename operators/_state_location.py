@@ -155,6 +155,14 @@ class StateLocation:
         """The partition's checkpoint (manifests, versions, winners)."""
         return PartitionCheckpoint(self.root, operator, partition, filesystem=self.fs)
 
+    def kept_batches(self, operator: str, partition: int) -> list[int]:
+        """The partition's kept versions that are committed batches, ascending:
+        a version that an attempt published after the runner's latest record
+        (a batch that failed, or still runs) is not one."""
+        versions = self.checkpoint(operator, partition).versions()
+        latest = self.latest_batch()
+        return versions if latest is None else [v for v in versions if v <= latest]
+
     # -- versions -----------------------------------------------------------------------
 
     def latest_batch(self) -> int | None:

@@ -145,8 +145,7 @@ def read_changes(
     (or ``start`` to be the partition's first version)."""
     if end is None:
         end = location.latest_batch()
-    checkpoint = location.checkpoint(operator, partition)
-    kept = checkpoint.versions()
+    kept = location.kept_batches(operator, partition)
     if end is None:
         end = kept[-1] if kept else start
     if start > end:
@@ -212,7 +211,7 @@ def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
             manifest = location.commit(operator, partition, batch_id)
             if manifest is None:
                 continue
-            kept = location.checkpoint(operator, partition).versions()
+            kept = location.kept_batches(operator, partition)
             size = sum(f.size for f in manifest.files())
             snapshot = None if manifest.snapshot is None else manifest.snapshot.commit.version
             for meta in manifest.tables:

@@ -173,7 +173,7 @@ def _inspect(args: argparse.Namespace) -> int:
     try:
         location = StateLocation(args.checkpoint)
         if args.table is None and args.partition is None:
-            print(describe(location, args.batch), end="")
+            print(describe(location, args.batch, args.operator), end="")
         else:
             text = rows(location, args.operator, args.table, args.batch, args.limit, args.partition)
             print(text, end="")

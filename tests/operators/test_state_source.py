@@ -20,11 +20,12 @@ from operators._repartition import repartition
 from operators._runner import run_operator
 from operators._sinks import ParquetSink
 from operators._spark_hash import spark_partition
-from operators._state_location import StateLocation
-from operators._state_read import read_rows
+from operators._state_location import StateLocation, table_schema
+from operators._state_read import metadata, read_rows
 from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
+from statestore import StateStore
 from tests._s3 import MotoS3
 
 pytestmark = pytest.mark.spark
@@ -191,6 +192,26 @@ class TestStateSource:
         with pytest.raises(InputError, match="not committed"):
             read_rows(location, OPERATOR, meta, 0, batch_id=4)
 
+    def test_a_failed_attempt_is_not_a_kept_batch(self, query: Path, tmp_path: Path) -> None:
+        """A version an attempt published after the runner's last record (a
+        batch that failed before it was recorded) is not listed as kept, and
+        the latest state read is still the recorded batch's."""
+        copy = tmp_path / "checkpoint"
+        shutil.copytree(query, copy)
+        location = StateLocation(str(copy))
+        meta = location.table(OPERATOR, "aggregates")
+        latest = read_rows(location, OPERATOR, meta, 0)
+        schemas = [table_schema(m) for m in location.tables(OPERATOR)]
+        with StateStore(location.root, OPERATOR, 0, schemas) as store:
+            store.load(3)
+            store.table("aggregates").insert(("not-committed", 1, 1))
+            store.commit(4)
+        assert location.checkpoint(OPERATOR, 0).versions()[-1] == 4
+        assert location.kept_batches(OPERATOR, 0) == [0, 1, 2, 3]
+        kept = {m["partition"]: m["kept_versions"] for m in metadata(location).to_pylist()}
+        assert kept == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]}
+        assert read_rows(location, OPERATOR, meta, 0) == latest
+
 
 class TestInspect:
     def test_metadata_on_the_terminal(
@@ -221,6 +242,16 @@ class TestInspect:
         for line in out[3:]:
             key, count, total = line.split()
             assert live[key] == (int(count), int(total))
+
+    def test_operator_option_picks_the_operator(
+        self, query: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--operator without --table shows that operator; an operator the
+        state does not hold exits 2 naming the ones it does."""
+        assert cli.main(["inspect", str(query), "--operator", OPERATOR]) == 0
+        assert f"operator {OPERATOR}" in capsys.readouterr().out
+        assert cli.main(["inspect", str(query), "--operator", "nope"]) == 2
+        assert f"holds operators ['{OPERATOR}'], not 'nope'" in capsys.readouterr().err
 
     def test_unknown_table_is_a_clear_error(
         self, query: Path, capsys: pytest.CaptureFixture[str]
