@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from operators.demo import ORDERS, DemoConfig, generate, reference, write_batche
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import StateStore
-from tests._s3 import MotoS3
+from tests._s3 import BUCKET, MotoS3
 
 pytestmark = pytest.mark.spark
 
@@ -299,6 +300,48 @@ class TestRepartition:
 
 
 class TestOnS3:
+    def test_data_source_and_inspect_configured_without_the_uri(
+        self,
+        spark: Any,
+        query: Path,
+        s3: MotoS3,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A plain s3://bucket/path checkpoint: relstate-state reads it through
+        Spark with the endpoint and credentials as options, and `relstate
+        inspect` reads it with them in the environment."""
+        prefix = f"plain-{uuid.uuid4().hex}"
+        s3.upload(query, s3.uri(prefix))
+        plain = f"s3://{BUCKET}/{prefix}"
+        options = {
+            "endpoint": s3.endpoint,
+            "region": "us-east-1",
+            "access_key": "test",
+            "secret_key": "test",
+        }
+        rows = (
+            spark.read.format("relstate-state")
+            .option("path", plain)
+            .options(**options)
+            .load()
+            .collect()
+        )
+        local = StateLocation(str(query))
+        meta = local.table(OPERATOR, "aggregates")
+        expected = [r for p in (0, 1) for r in read_rows(local, OPERATOR, meta, p).to_pylist()]
+        key = lambda r: r["key"]  # noqa: E731
+        assert sorted((r.asDict() for r in rows), key=key) == sorted(expected, key=key)
+        for name, value in {
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+        }.items():
+            monkeypatch.setenv(name, value)
+        assert cli.main(["inspect", plain]) == 0
+        assert "batches recorded: 0..3 (latest committed 3" in capsys.readouterr().out
+
     def test_read_and_repartition_a_copy_on_s3(self, query: Path, s3: MotoS3) -> None:
         """The query's state copied to S3 reads the same rows there, and
         repartitions there (its directories moved by copy and delete): every
