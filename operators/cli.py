@@ -112,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--resume", action="store_true", help="finish a killed run from its checkpoint"
     )
+    demo.add_argument(
+        "--state-location",
+        metavar="URI",
+        help="keep relstate's state here (s3://bucket/path, say) instead of in the checkpoint",
+    )
     demo.set_defaults(handler=_demo)
 
     inspect = commands.add_parser(
@@ -217,6 +222,7 @@ def _demo(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         crash_after=args.crash_after,
         resume=args.resume,
+        state_location=args.state_location,
     )
     try:
         return 0 if run_demo(config) else 1

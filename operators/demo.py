@@ -62,6 +62,8 @@ class DemoConfig:
     seed: int = 7
     crash_after: int | None = None
     resume: bool = False
+    #: Where relstate keeps its state (any pyarrow.fs location); default: the checkpoint.
+    state_location: str | None = None
 
 
 def check_java() -> str:
@@ -198,7 +200,7 @@ def run_demo(config: DemoConfig) -> bool:
         print(
             f"relstate demo: {config.batches} batches of {config.orders_per_batch:,} order "
             f"changes for {config.customers} customers, {config.partitions} partitions, "
-            f"state in {root / 'checkpoint'}"
+            f"state in {config.state_location or root / 'checkpoint'}"
         )
     print("  starting Spark (local[2,3]) ...", flush=True)
     spark = local_spark("relstate-demo")
@@ -219,6 +221,7 @@ def run_demo(config: DemoConfig) -> bool:
         trigger={"availableNow": True},
         query_name="relstate_demo",
         log_level=logging.WARNING,
+        state_location=config.state_location,
     )
     query.awaitTermination()
     ok = _report(spark, sink, batches, query)

@@ -31,13 +31,20 @@ def _demo(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 class TestDemo:
-    def test_crash_and_resume_match_an_uninterrupted_run(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("where", ["local", "s3"])
+    def test_crash_and_resume_match_an_uninterrupted_run(
+        self, tmp_path: Path, where: str, request: pytest.FixtureRequest
+    ) -> None:
         """--crash-after 2 kills the driver process during batch 2; --resume
-        finishes from the checkpoint, and every batch's output matches."""
-        crashed = _demo("--dir", str(tmp_path), "--crash-after", "2")
+        finishes from the checkpoint, and every batch's output matches; with
+        the state in the checkpoint, and on S3 (a moto server)."""
+        state: list[str] = []
+        if where == "s3":
+            state = ["--state-location", request.getfixturevalue("s3").uri()]
+        crashed = _demo("--dir", str(tmp_path), "--crash-after", "2", *state)
         assert crashed.returncode == -9, crashed.stdout + crashed.stderr
         assert "batch 2/4" in crashed.stdout and "batch 3/4" not in crashed.stdout
-        resumed = _demo("--dir", str(tmp_path), "--resume")
+        resumed = _demo("--dir", str(tmp_path), "--resume", *state)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "batch 4/4" in resumed.stdout
         assert "matches the same operator run" in resumed.stdout
