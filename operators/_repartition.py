@@ -322,6 +322,16 @@ def _keep_least(
             kept[pk] = row
 
 
+def _put(fs: pafs.FileSystem, src: str, dst: str) -> None:
+    """Make ``dst`` hold the tree at ``src``: a rename on a local filesystem
+    (atomic; ``src`` gone means it was done), else a copy; either can run
+    again. On an object store ``src`` stays until its own step deletes it."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        _copy_tree(fs, src, dst)
+    elif _exists(fs, src):
+        fs.move(src, dst)
+
+
 def _copy_tree(fs: pafs.FileSystem, src: str, dst: str) -> None:
     """Copy a directory tree; a partial copy an interrupted run left at
     ``dst`` (a name only this repartition uses) is replaced."""
@@ -343,25 +353,16 @@ def _swap(fs: pafs.FileSystem, root: str, summary: dict[str, Any]) -> Repartitio
     root = str(summary.get("root", root))
     staging, backup = str(summary["staging"]), str(summary["backup"])
     journal = f"{root}.repartition.json"
-    renames = isinstance(fs, pafs.LocalFileSystem)
     step = summary["step"]
     if step == _STAGED:
-        if renames:
-            if _exists(fs, root):
-                fs.move(root, backup)
-        else:
-            _copy_tree(fs, root, backup)
+        _put(fs, root, backup)
         _step(fs, journal, summary, step := _KEPT)
     if step == _KEPT:
         if _exists(fs, root):
             fs.delete_dir(root)
         _step(fs, journal, summary, step := _CLEARED)
     if step == _CLEARED:
-        if renames:
-            if _exists(fs, staging):
-                fs.move(staging, root)
-        else:
-            _copy_tree(fs, staging, root)
+        _put(fs, staging, root)
         _step(fs, journal, summary, step := _INSTALLED)
     if step == _INSTALLED:
         if _exists(fs, staging):
