@@ -8,6 +8,8 @@ from encoding._schema import (
     Direction,
     KeyColumn,
     NullOrder,
+    PartitionBy,
+    PartitionLocal,
     TableSchema,
     ValueLayout,
 )
@@ -24,6 +26,8 @@ __all__ = [
     "KeyCodec",
     "KeyColumn",
     "NullOrder",
+    "PartitionBy",
+    "PartitionLocal",
     "RowCodec",
     "SchemaError",
     "StateStoreError",

@@ -15,6 +15,8 @@ __all__ = [
     "Direction",
     "KeyColumn",
     "NullOrder",
+    "PartitionBy",
+    "PartitionLocal",
     "TableSchema",
     "ValueLayout",
     "check_supported_type",
@@ -76,6 +78,28 @@ class KeyColumn:
 KeySpec = str | KeyColumn
 
 
+@dataclass(frozen=True)
+class PartitionLocal:
+    """Marks a table of one partition's own bookkeeping, whose rows belong to
+    no key of the query (a per-partition bound, a schedule).
+
+    When the partition count changes, every new partition gets, per primary
+    key, the row with the least ``least`` column among the old partitions'
+    rows: right for a lower bound or a next-due time, which may only err low.
+    Without ``least`` the rows cannot move, and state that holds any cannot
+    be repartitioned.
+    """
+
+    least: str | None = None
+
+
+#: How a table's rows map to the query's key: ``None``, its leading
+#: primary-key columns hold it (as many as the query has key columns); a
+#: tuple, the leading ones of these columns hold it (for a table keyed by
+#: something else first, a time say); or :class:`PartitionLocal`.
+PartitionBy = tuple[str, ...] | PartitionLocal | None
+
+
 def check_supported_type(name: str, dtype: pa.DataType) -> None:
     """Raise :class:`SchemaError` unless relstate can encode ``dtype``."""
     if (
@@ -108,7 +132,9 @@ class TableSchema:
     ``columns`` is the Arrow schema of a row, in row order. ``primary_key`` names
     the key columns in key order (a name means ascending); the join key of join
     state goes first so that one prefix scan finds every match. ``table_id`` keeps
-    tables that share one backend apart.
+    tables that share one backend apart. ``partition_by`` says which of a
+    row's columns hold the query's key, so that ``relstate repartition`` can
+    move the row (see :data:`PartitionBy`).
     """
 
     table_id: int
@@ -116,6 +142,7 @@ class TableSchema:
     primary_key: tuple[KeyColumn, ...]
     layout: ValueLayout = ValueLayout.ROW
     name: str = ""
+    partition_by: PartitionBy = None
     key_indices: tuple[int, ...] = field(init=False, repr=False, compare=False)
     value_indices: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -126,6 +153,7 @@ class TableSchema:
         primary_key: Sequence[KeySpec],
         layout: ValueLayout | str = ValueLayout.ROW,
         name: str = "",
+        partition_by: Sequence[str] | PartitionLocal | None = None,
     ) -> None:
         schema = columns if isinstance(columns, pa.Schema) else pa.schema(list(columns))
         keys = tuple(k if isinstance(k, KeyColumn) else KeyColumn(k) for k in primary_key)
@@ -134,6 +162,14 @@ class TableSchema:
         object.__setattr__(self, "primary_key", keys)
         object.__setattr__(self, "layout", ValueLayout(layout))
         object.__setattr__(self, "name", name or f"table_{table_id}")
+        if isinstance(partition_by, str):
+            raise SchemaError(
+                f"table {name!r}: partition_by is a sequence of column names, got the "
+                f"string {partition_by!r}; write ({partition_by!r},)"
+            )
+        if partition_by is not None and not isinstance(partition_by, PartitionLocal):
+            partition_by = tuple(partition_by)
+        object.__setattr__(self, "partition_by", partition_by)
         self._validate()
         names = schema.names
         key_indices = tuple(names.index(k.name) for k in keys)
@@ -172,6 +208,27 @@ class TableSchema:
             seen.add(key.name)
         for fld in self.columns:
             check_supported_type(fld.name, fld.type)
+        self._validate_partition_by()
+
+    def _validate_partition_by(self) -> None:
+        by = self.partition_by
+        if isinstance(by, PartitionLocal):
+            named = [] if by.least is None else [by.least]
+        elif by is None:
+            return
+        else:
+            named = list(by)
+            if not named:
+                raise SchemaError(
+                    f"table {self.name!r}: partition_by names no column; give the columns "
+                    "that hold the query's key, or None for the leading primary-key columns"
+                )
+        missing = [n for n in named if n not in self.columns.names]
+        if missing:
+            raise SchemaError(
+                f"table {self.name!r}: partition_by names {missing}, which are not among its "
+                f"columns {self.columns.names}"
+            )
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -194,4 +251,6 @@ class TableSchema:
 
     def with_columns(self, columns: pa.Schema) -> TableSchema:
         """The same table with new columns (schema evolution)."""
-        return TableSchema(self.table_id, columns, self.primary_key, self.layout, self.name)
+        return TableSchema(
+            self.table_id, columns, self.primary_key, self.layout, self.name, self.partition_by
+        )

@@ -2,17 +2,24 @@
 partition count.
 
 The runner puts a key's rows in partition ``pmod(F.hash(key columns), n)``
-(:mod:`operators._spark_hash`). Every table of an operator is partitioned by its
-*leading primary-key columns*, as many as the query has key columns: that is
-the convention the runner's operators keep (a row lives in the task of its key,
-and its primary key starts with that key), and this command checks it on every
-row it moves. The timer table's keys are the operator's own strings, so a query
-with pending timers cannot be repartitioned (the command says so).
+(:mod:`operators._spark_hash`). Each table declares, and its manifest records,
+how its rows map to the query's key (:data:`encoding.PartitionBy`): by its
+leading primary-key columns (the default), by other named columns (an index
+keyed by time first), or not at all (:class:`encoding.PartitionLocal`: a
+partition's own bookkeeping, which every new partition gets the least of, or
+which must be empty). Every keyed row moves to the partition of its key, and
+is checked on the way to be in the partition of that key now. This covers the
+queries of ``run_operator`` whose manifests record it (written by this
+relstate or later), and no pending timers; not ``run_stages`` pipelines.
 
 The new state is written beside the old one, complete, with the runner's
-records of the last committed batch naming the new commits; then the old
-state moves aside (kept as ``<state>.before-repartition-<batch>``) and the new
-one takes its place. Run it again after a crash: it finishes the move.
+records of the last committed batch naming the new commits; then a journal
+beside the state (``<state>.repartition.json``) records each step of the swap
+before the next: the old state is kept as
+``<state>.before-repartition-<batch>-<old>-to-<new>`` (a name no earlier
+backup has), then the new state takes its place. On an object store a move
+is a copy and a delete, so each step is one that can run again. Run the
+command again after a crash at any point: it finishes the swap.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from encoding import PartitionLocal
+from operators._sinks import write_atomically
 from operators._spark_hash import spark_partition, supported
 from operators._state_location import RUNNER, StateLocation, table_schema
 from operators._state_read import read_rows
@@ -38,7 +47,10 @@ from statestore._metadata import TableMeta
 
 __all__ = ["RepartitionResult", "repartition"]
 
-_DONE = "_REPARTITION_DONE"
+#: The steps of the swap, in order; the journal names the last one done.
+_STAGED, _KEPT, _CLEARED, _INSTALLED = "staged", "kept", "cleared", "installed"
+
+Row = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -59,22 +71,38 @@ def _spark_type(dtype: pa.DataType) -> str:
     return str(from_arrow_type(dtype).simpleString())
 
 
-def _partition_keys(metas: list[TableMeta], key_types: list[str]) -> dict[str, list[int]]:
-    """Per table, the positions of its partition-key columns; an error when a
-    table's leading key columns do not have the query's key types."""
-    out: dict[str, list[int]] = {}
+#: Per table: the positions of the columns that hold the query's key, or
+#: its :class:`PartitionLocal` rule.
+Placement = list[int] | PartitionLocal
+
+
+def _placements(metas: list[TableMeta], key_types: list[str]) -> dict[str, Placement]:
+    """How each table's rows move; an error for a table whose declared key
+    columns do not have the query's key types."""
+    out: dict[str, Placement] = {}
     k = len(key_types)
     for meta in metas:
-        if meta.name == TIMERS.name:
+        if not meta.partition_recorded:
+            raise InputError(
+                f"table {meta.name!r}: its manifest was written by a relstate that did not "
+                "record which columns hold the query's key, so its rows cannot be placed. "
+                "Run the query for one batch with this relstate (which records it), stop "
+                "it, and repartition then"
+            )
+        by = meta.partition_by
+        if isinstance(by, PartitionLocal):
+            out[meta.name] = by
             continue
-        names = [n for n, _, _ in meta.key_columns[:k]]
+        declared = [n for n, _, _ in meta.key_columns] if by is None else list(by)
+        where = "leading primary-key columns" if by is None else "partition_by columns"
+        names = declared[:k]
         types = [meta.columns.field(n).type for n in names]
         if len(names) < k or [_spark_type(t) for t in types] != key_types:
             raise InputError(
-                f"table {meta.name!r} cannot be repartitioned: its leading primary-key "
-                f"columns {names} ({[str(t) for t in types]}) are not the query's "
-                f"{k} key column(s) of Spark types {key_types}; relstate partitions every "
-                "table by the leading primary-key columns that hold the query's key"
+                f"table {meta.name!r} cannot be repartitioned: its {where} {names} "
+                f"({[str(t) for t in types]}) are not the query's {k} key column(s) of "
+                f"Spark types {key_types}; a table's rows must be keyed by the columns the "
+                "runner partitions them by"
             )
         unsupported = [str(t) for t in types if not supported(t)]
         if unsupported:
@@ -86,27 +114,19 @@ def _partition_keys(metas: list[TableMeta], key_types: list[str]) -> dict[str, l
     return out
 
 
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+def _rows(table: pa.Table) -> list[Row]:
     columns = [c.to_pylist() for c in table.columns]
     return list(zip(*columns, strict=True)) if columns else []
 
 
-def _move(fs: pafs.FileSystem, src: str, dst: str) -> None:
-    """Move a directory tree: a rename where the filesystem has one, else a
-    copy and a delete (object stores)."""
-    if fs.get_file_info(dst).type != pafs.FileType.NotFound:
-        fs.delete_dir(dst)
-    if isinstance(fs, pafs.LocalFileSystem):
-        fs.move(src, dst)
-        return
-    pafs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
-    fs.delete_dir(src)
+def _exists(fs: pafs.FileSystem, path: str) -> bool:
+    found: bool = fs.get_file_info(path).type != pafs.FileType.NotFound
+    return found
 
 
 def _write_json(fs: pafs.FileSystem, path: str, obj: Any) -> None:
     fs.create_dir(posixpath.dirname(path), recursive=True)
-    with fs.open_output_stream(path) as out:
-        out.write(json.dumps(obj, sort_keys=True).encode())
+    write_atomically(fs, path, json.dumps(obj, sort_keys=True).encode())
 
 
 def _read_json(fs: pafs.FileSystem, path: str) -> Any:
@@ -114,9 +134,28 @@ def _read_json(fs: pafs.FileSystem, path: str) -> Any:
         return json.loads(src.read())
 
 
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    found: bool = fs.get_file_info(path).type != pafs.FileType.NotFound
-    return found
+def _backup_name(fs: pafs.FileSystem, root: str, batch: int, old: int, new: int) -> str:
+    """A backup directory no earlier repartition used."""
+    base = f"{root}.before-repartition-{batch}-{old}-to-{new}"
+    name, n = base, 1
+    while _exists(fs, name):
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def _check_single_stage(location: StateLocation, query: dict[str, Any], batch: int) -> None:
+    """Refuse a ``run_stages`` pipeline: its stages are keyed by different
+    columns, which one query record does not say."""
+    path = posixpath.join(location.root, RUNNER, "batches", f"{batch:020d}.json")
+    stages = sorted(_read_json(location.fs, path).get("stage_winners") or {})
+    if stages or query["operator"] not in location.operators():
+        raise InputError(
+            f"the state at {location.path} belongs to a multi-stage query (run_stages, "
+            f"stages {stages or query['operator']}); relstate repartition supports queries "
+            "of run_operator only. Keep the partition count, or rebuild the state from the "
+            "inputs on a new checkpoint"
+        )
 
 
 def repartition(
@@ -130,10 +169,10 @@ def repartition(
     if not isinstance(partitions, int) or partitions < 1:
         raise InputError(f"--partitions must be a positive integer, got {partitions!r}")
     fs, root = StateLocation.resolve_root(path, options)
-    staging = f"{root}.repartition"
-    if not _exists(fs, root) and _exists(fs, posixpath.join(staging, _DONE)):
+    journal = f"{root}.repartition.json"
+    if _exists(fs, journal):
         progress("finishing an interrupted repartition")
-        return _swap(fs, root, staging, _read_json(fs, posixpath.join(staging, _DONE)))
+        return _swap(fs, root, _read_json(fs, journal))
     location = StateLocation(path, options)
     root = location.root
     staging = f"{root}.repartition"
@@ -144,16 +183,17 @@ def repartition(
             f"the state at {path} has no committed batch recorded by the runner; there is "
             "nothing to repartition"
         )
+    _check_single_stage(location, query, batch)
     operator = location.operator(query["operator"])
     old = int(query["partitions"])
     if old == partitions:
         raise InputError(f"the state at {path} has {old} partitions already")
     metas = location.tables(operator, batch)
-    keys = _partition_keys(metas, list(query["key_types"][0]))
+    placements = _placements(metas, list(query["key_types"][0]))
     if _exists(fs, staging):
-        fs.delete_dir(staging)
+        fs.delete_dir(staging)  # an earlier run's, never swapped in (no journal)
     local = tempfile.mkdtemp(prefix="relstate-repartition-")
-    rows = dict.fromkeys(keys, 0)
+    rows = {m.name: 0 for m in metas if m.name != TIMERS.name}
     try:
         stores = [
             StateStore(
@@ -169,9 +209,25 @@ def repartition(
         try:
             for store in stores:
                 store.load(None)
+            least: dict[str, dict[Row, Row]] = {}
             for p in location.partitions(operator):
                 progress(f"reading partition {p}")
-                _move_partition(location, operator, metas, keys, p, old, batch, stores, rows)
+                moved = _move_partition(
+                    location, operator, metas, placements, p, old, partitions, batch
+                )
+                for meta in metas:
+                    keyed, own = moved[meta.name]
+                    for q, row in keyed:
+                        stores[q].table(meta.name).insert(row)
+                    if meta.name in rows:
+                        rows[meta.name] += len(keyed)
+                    if own:
+                        _keep_least(least.setdefault(meta.name, {}), own, meta, placements)
+            for name, kept in least.items():
+                for store in stores:
+                    for row in kept.values():
+                        store.table(name).insert(row)
+                rows[name] = len(kept) * partitions
             winners = {}
             for q, store in enumerate(stores):
                 info = store.commit(batch)
@@ -193,60 +249,125 @@ def repartition(
         "old_partitions": old,
         "new_partitions": partitions,
         "rows": rows,
-        "backup": f"{root}.before-repartition-{batch}",
+        "backup": _backup_name(fs, root, batch, old, partitions),
+        "root": root,
+        "staging": staging,
+        "step": _STAGED,
     }
-    _write_json(fs, posixpath.join(staging, _DONE), summary)
-    return _swap(fs, root, staging, summary)
+    # From here on the new state is complete and the swap is decided.
+    _write_json(fs, journal, summary)
+    return _swap(fs, root, summary)
 
 
 def _move_partition(
     location: StateLocation,
     operator: str,
     metas: list[TableMeta],
-    keys: dict[str, list[int]],
+    placements: dict[str, Placement],
     partition: int,
     old: int,
+    new: int,
     batch: int,
-    stores: list[StateStore],
-    rows: dict[str, int],
-) -> None:
-    """Insert one old partition's rows into the new stores of their keys."""
+) -> dict[str, tuple[list[tuple[int, Row]], list[Row]]]:
+    """One old partition's rows, per table: each keyed row with its new
+    partition, and the partition-local rows."""
+    out: dict[str, tuple[list[tuple[int, Row]], list[Row]]] = {}
     for meta in metas:
         table = read_rows(location, operator, meta, partition, batch)
-        if meta.name == TIMERS.name:
-            if table.num_rows:
-                raise InputError(
-                    f"partition {partition} has {table.num_rows} pending timer(s); a "
-                    "timer's key is the operator's own string, so relstate cannot tell "
-                    "which partition it belongs to. Let the timers fire (advance the "
-                    "watermark) before repartitioning"
+        placement = placements[meta.name]
+        if isinstance(placement, PartitionLocal):
+            if placement.least is None and table.num_rows:
+                hint = (
+                    " Let the timers fire (advance the watermark) before repartitioning"
+                    if meta.name == TIMERS.name
+                    else ""
                 )
+                raise InputError(
+                    f"partition {partition} has {table.num_rows} row(s) in table "
+                    f"{meta.name!r} (for timers: pending timers), which belong to no key of "
+                    "the query and have no rule to move them, so relstate cannot tell which "
+                    f"new partition they belong to.{hint}"
+                )
+            out[meta.name] = ([], _rows(table))
             continue
-        index = keys[meta.name]
-        types = [meta.columns.field(i).type for i in index]
+        types = [meta.columns.field(i).type for i in placement]
+        keyed = []
         for row in _rows(table):
-            key = [row[i] for i in index]
+            key = [row[i] for i in placement]
             if spark_partition(key, types, old) != partition:
+                names = [meta.columns.field(i).name for i in placement]
                 raise InputError(
-                    f"a row of table {meta.name!r} with key {key} is in partition "
-                    f"{partition}, but the runner puts that key in partition "
-                    f"{spark_partition(key, types, old)}: the table is not partitioned "
-                    "by its leading primary-key columns, so it cannot be repartitioned"
+                    f"a row of table {meta.name!r} with key {key} (columns {names}) is in "
+                    f"partition {partition}, but the runner puts that key in partition "
+                    f"{spark_partition(key, types, old)}: the table is not partitioned by "
+                    "the columns it declares, so it cannot be repartitioned"
                 )
-            q = spark_partition(key, types, len(stores))
-            stores[q].table(meta.name).insert(row)
-            rows[meta.name] += 1
+            keyed.append((spark_partition(key, types, new), row))
+        out[meta.name] = (keyed, [])
+    return out
 
 
-def _swap(
-    fs: pafs.FileSystem, root: str, staging: str, summary: dict[str, Any]
-) -> RepartitionResult:
-    """Move the old state aside and the new state into its place."""
-    backup = str(summary["backup"])
-    if _exists(fs, root):
-        _move(fs, root, backup)
-    _move(fs, staging, root)
-    fs.delete_file(posixpath.join(root, _DONE))
+def _keep_least(
+    kept: dict[Row, Row], rows: list[Row], meta: TableMeta, placements: dict[str, Placement]
+) -> None:
+    """Fold a partition's own rows into ``kept``: per primary key, the row
+    with the least value of the table's ``least`` column."""
+    rule = placements[meta.name]
+    assert isinstance(rule, PartitionLocal) and rule.least is not None
+    at = meta.columns.get_field_index(rule.least)
+    keys = [meta.columns.get_field_index(n) for n, _, _ in meta.key_columns]
+    for row in rows:
+        pk = tuple(row[i] for i in keys)
+        if pk not in kept or row[at] < kept[pk][at]:
+            kept[pk] = row
+
+
+def _put(fs: pafs.FileSystem, src: str, dst: str) -> None:
+    """Make ``dst`` hold the tree at ``src``: a rename on a local filesystem
+    (atomic; ``src`` gone means it was done), else a copy; either can run
+    again. On an object store ``src`` stays until its own step deletes it."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        _copy_tree(fs, src, dst)
+    elif _exists(fs, src):
+        fs.move(src, dst)
+
+
+def _copy_tree(fs: pafs.FileSystem, src: str, dst: str) -> None:
+    """Copy a directory tree; a partial copy an interrupted run left at
+    ``dst`` (a name only this repartition uses) is replaced."""
+    if _exists(fs, dst):
+        fs.delete_dir(dst)
+    pafs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
+
+
+def _step(fs: pafs.FileSystem, journal: str, summary: dict[str, Any], step: str) -> None:
+    summary["step"] = step
+    _write_json(fs, journal, summary)
+
+
+def _swap(fs: pafs.FileSystem, root: str, summary: dict[str, Any]) -> RepartitionResult:
+    """Keep the old state as the backup and put the new state in its place,
+    each step recorded in the journal before the next starts, so that a run
+    after a crash at any point carries on from the last step done. A local
+    filesystem renames (atomic); an object store copies, then deletes."""
+    root = str(summary.get("root", root))
+    staging, backup = str(summary["staging"]), str(summary["backup"])
+    journal = f"{root}.repartition.json"
+    step = summary["step"]
+    if step == _STAGED:
+        _put(fs, root, backup)
+        _step(fs, journal, summary, step := _KEPT)
+    if step == _KEPT:
+        if _exists(fs, root):
+            fs.delete_dir(root)
+        _step(fs, journal, summary, step := _CLEARED)
+    if step == _CLEARED:
+        _put(fs, staging, root)
+        _step(fs, journal, summary, step := _INSTALLED)
+    if step == _INSTALLED:
+        if _exists(fs, staging):
+            fs.delete_dir(staging)
+        fs.delete_file(journal)
     return RepartitionResult(
         operator=str(summary["operator"]),
         batch_id=int(summary["batch_id"]),

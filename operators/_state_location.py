@@ -44,7 +44,14 @@ class BatchRecord:
 def table_schema(meta: TableMeta) -> TableSchema:
     """The table schema a manifest records."""
     keys = [KeyColumn(n, Direction(d), NullOrder(o)) for n, d, o in meta.key_columns]
-    return TableSchema(meta.table_id, meta.columns, keys, layout=meta.layout, name=meta.name)
+    return TableSchema(
+        meta.table_id,
+        meta.columns,
+        keys,
+        layout=meta.layout,
+        name=meta.name,
+        partition_by=meta.partition_by,
+    )
 
 
 class StateLocation:

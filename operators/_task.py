@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
 
-from encoding import TableSchema
+from encoding import PartitionLocal, TableSchema
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
@@ -33,6 +33,8 @@ TIMERS = TableSchema(
     ),
     ["domain", "time", "key"],
     name="__timers",
+    # A timer's key is the operator's own string: no partition can be told.
+    partition_by=PartitionLocal(),
 )
 _DOMAIN = {TimeDomain.EVENT_TIME: 0, TimeDomain.PROCESSING_TIME: 1}
 

@@ -146,7 +146,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Rewrite the state of a stopped query for --partitions partitions; the "
             "query then resumes with the new count and the same results. The old "
-            "state is kept beside it as <state>.before-repartition-<batch>."
+            "state is kept beside it as <state>.before-repartition-<batch>-<old>-to-<new>; "
+            "if it is interrupted, run it again."
         ),
     )
     repartition.add_argument("checkpoint", help="the query's checkpoint or its state location")

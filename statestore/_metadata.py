@@ -1,11 +1,14 @@
 """Table metadata in a manifest, and the check that a store may continue from it.
 
 A manifest records each table's Arrow schema, key columns (with their types and
-orders), value layout and table id, the value format version and the partition
-count. A store whose configuration differs may load it only when every row the
-checkpoint holds still decodes the same way and lands in the same partition:
-same partition count, same key, same layout, old columns kept in place with
-their types, and new columns nullable (old rows read them as null).
+orders), value layout, table id and which columns hold the query's key
+(``partition_by``), the value format version and the partition count. A store
+whose configuration differs may load it only when every row the checkpoint
+holds still decodes the same way and lands in the same partition: same
+partition count, same key, same layout, old columns kept in place with their
+types, and new columns nullable (old rows read them as null). ``partition_by``
+may change (a new relstate declares it where an old manifest has none): it
+says how to move rows, not how to read them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import TableSchema
+from encoding import PartitionBy, PartitionLocal, TableSchema
 from statestore.errors import IncompatibleStateError
 
 __all__ = ["TableMeta", "check_compatible"]
@@ -33,12 +36,25 @@ class TableMeta:
     columns: pa.Schema
     #: ``(name, direction, null order)`` of each key column, in key order.
     key_columns: tuple[tuple[str, str, str], ...]
+    #: The table's :data:`~encoding.PartitionBy`. Not part of the rows'
+    #: encoding, so :func:`check_compatible` ignores it.
+    partition_by: PartitionBy = None
+    #: ``False`` for a manifest written before relstate recorded
+    #: ``partition_by``: then nobody knows how the rows map to the query's key.
+    partition_recorded: bool = True
 
     @classmethod
     def of(cls, schema: TableSchema) -> TableMeta:
         """The metadata of a configured table."""
         keys = tuple((k.name, k.direction.value, k.null_order.value) for k in schema.primary_key)
-        return cls(schema.name, schema.table_id, schema.layout.value, schema.columns, keys)
+        return cls(
+            schema.name,
+            schema.table_id,
+            schema.layout.value,
+            schema.columns,
+            keys,
+            schema.partition_by,
+        )
 
     def key_types(self) -> tuple[pa.DataType, ...]:
         return tuple(self.columns.field(name).type for name, _, _ in self.key_columns)
@@ -58,6 +74,7 @@ class TableMeta:
                 {"name": n, "type": str(self.columns.field(n).type), "direction": d, "nulls": o}
                 for n, d, o in self.key_columns
             ],
+            "partition_by": _partition_by_json(self.partition_by),
         }
 
     @classmethod
@@ -68,7 +85,36 @@ class TableMeta:
         keys = tuple(
             (str(k["name"]), str(k["direction"]), str(k["nulls"])) for k in obj["key_columns"]
         )
-        return cls(str(obj["name"]), int(obj["table_id"]), str(obj["layout"]), columns, keys)
+        recorded = "partition_by" in obj
+        return cls(
+            str(obj["name"]),
+            int(obj["table_id"]),
+            str(obj["layout"]),
+            columns,
+            keys,
+            _partition_by_of(obj["partition_by"]) if recorded else None,
+            recorded,
+        )
+
+
+def _partition_by_json(by: PartitionBy) -> dict[str, Any]:
+    if by is None:
+        return {"kind": "leading_key"}
+    if isinstance(by, PartitionLocal):
+        return {"kind": "local", "least": by.least}
+    return {"kind": "columns", "columns": list(by)}
+
+
+def _partition_by_of(obj: Mapping[str, Any]) -> PartitionBy:
+    kind = obj["kind"]
+    if kind == "leading_key":
+        return None
+    if kind == "local":
+        least = obj["least"]
+        return PartitionLocal(None if least is None else str(least))
+    if kind == "columns":
+        return tuple(str(c) for c in obj["columns"])
+    raise ValueError(f"unknown partition_by kind {kind!r}")
 
 
 def check_compatible(

@@ -97,7 +97,8 @@ def expiry_schema(table_id: int, key_fields: Sequence[pa.Field], name: str) -> T
     """An index of ``(expires_at, key...)``: the keys that expire first come
     first, so eviction is a range scan of what expires and one range delete."""
     fields = [pa.field("expires_at", pa.int64(), nullable=False), *key_fields]
-    return TableSchema(table_id, fields, [f.name for f in fields], name=name)
+    keys = [f.name for f in key_fields]
+    return TableSchema(table_id, fields, [f.name for f in fields], name=name, partition_by=keys)
 
 
 class ExpiryIndex:

@@ -145,7 +145,10 @@ class DropDuplicates(_FirstRowPerKey):
             fields = [pa.field(_EVENT_US, pa.int64(), nullable=False), *others]
             at = list(columns).index(str(event_time))
             self.state_order = [at, *(i for i in range(len(columns)) if i != at)]
-        self.tables = [TableSchema(1, fields, [f.name for f in fields], name="seen")]
+        names = [f.name for f in fields]
+        # With eviction the event time leads the key; the query's key is in the rest.
+        by = names[1:] if self.evicts and len(names) > 1 else None
+        self.tables = [TableSchema(1, fields, names, name="seen", partition_by=by)]
 
     def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
         table = ctx.table("seen")

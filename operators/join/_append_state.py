@@ -10,7 +10,9 @@ join), in microseconds; ``seq`` tells apart rows with equal key and time.
 
 ``floors``: ``side`` -> ``floor``, no stored time of the side below it. An
 eviction scans the index from there, not from the table's start, where
-RocksDB would step over the tombstones of every earlier eviction.
+RocksDB would step over the tombstones of every earlier eviction. Without a
+floor a side is never evicted, so a repartition gives every new partition the
+least old floor (a lower bound still).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import TableSchema
+from encoding import PartitionLocal, TableSchema
 from operators.errors import InputError
 
 __all__ = ["FLOORS", "SIDE_NAMES", "SideState", "side_state"]
@@ -44,6 +46,9 @@ FLOORS = TableSchema(
     ),
     ["side"],
     name="floors",
+    # A lower bound: the least of the old partitions' floors bounds every
+    # new partition's rows.
+    partition_by=PartitionLocal(least="floor"),
 )
 
 
@@ -101,7 +106,9 @@ def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
     index = pa.schema([time, *(schema.field(k) for k in keys), seq])
     return SideState(
         rows=TableSchema(1 + 2 * side, rows, [*keys, _TIME, _SEQ], name=f"{name}_rows"),
-        index=TableSchema(2 + 2 * side, index, index.names, name=f"{name}_index"),
+        index=TableSchema(
+            2 + 2 * side, index, index.names, name=f"{name}_index", partition_by=tuple(keys)
+        ),
         key_positions=tuple(schema.names.index(k) for k in keys),
         width=len(schema),
     )

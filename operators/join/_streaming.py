@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import TableSchema
+from encoding import PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
@@ -53,6 +53,9 @@ _SWEEPS = TableSchema(
     ),
     ["side"],
     name="ttl_sweeps",
+    # A sweep only deletes what has expired, so an early one is harmless:
+    # after a repartition each partition sweeps at the earliest old time.
+    partition_by=PartitionLocal(least="next_sweep_ms"),
 )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 
 from encoding import TableSchema
@@ -19,9 +20,14 @@ from operators._repartition import repartition
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation
 from operators._state_read import read_rows
-from operators._task import TIMERS
+from operators._task import TIMERS, state_tables
+from operators.dedup import DropDuplicates, DropDuplicatesWithinWatermark
 from operators.errors import InputError
+from operators.join import AppendJoin, StreamingJoin, TimeRange
+from operators.join._append_state import FLOORS
 from statestore import StateStore, StoreConfig
+from statestore._metadata import TableMeta
+from tests._s3 import MotoS3
 
 OPERATOR = "by_user"
 EVENTS = TableSchema(
@@ -56,25 +62,42 @@ def write_state(
     """Commit ``rows`` as batch 0 of a query on ``partitions`` partitions,
     each row in the partition of its ``user`` (or ``place(row)``), with the
     runner's query and batch records."""
+
+    def at(row: tuple[Any, ...]) -> int:
+        return place(row) if place else spark_partition([row[0]], [pa.int64()], partitions)
+
+    per_partition = [
+        {name: [r for r in table_rows if at(r) == p] for name, table_rows in rows.items()}
+        for p in range(partitions)
+    ]
+    return commit_state(root, OPERATOR, TABLES, per_partition, key_types)
+
+
+def commit_state(
+    root: Path,
+    operator: str,
+    tables: list[TableSchema],
+    per_partition: list[dict[str, list[tuple[Any, ...]]]],
+    key_types: list[str],
+) -> str:
+    """Commit each partition's rows as batch 0 of ``operator``, as the runner
+    would, with its query and batch records; the checkpoint's path."""
     state = root / "checkpoint" / "state"
     winners = {}
-    for p in range(partitions):
+    partitions = len(per_partition)
+    for p, rows in enumerate(per_partition):
         config = StoreConfig(local_dir=str(root / "local"), partition_count=partitions)
-        with StateStore(str(state), OPERATOR, p, TABLES, config) as store:
+        with StateStore(str(state), operator, p, tables, config) as store:
             store.load(None)
             for name, table_rows in rows.items():
                 for row in table_rows:
-                    at = (
-                        place(row) if place else spark_partition([row[0]], [pa.int64()], partitions)
-                    )
-                    if at == p:
-                        store.table(name).insert(row)
+                    store.table(name).insert(row)
             info = store.commit(0)
             store.record_winner(0, info.commit_id)
             winners[str(p)] = info.commit_id
     runner = state / "_runner"
     (runner / "batches").mkdir(parents=True)
-    query = {"operator": OPERATOR, "partitions": partitions, "key_types": [key_types]}
+    query = {"operator": operator, "partitions": partitions, "key_types": [key_types]}
     (runner / "query.json").write_text(json.dumps(query))
     record = {
         "batch_id": 0,
@@ -87,12 +110,14 @@ def write_state(
     return str(root / "checkpoint")
 
 
-def all_rows(checkpoint: str, table: TableSchema) -> dict[int, list[tuple[Any, ...]]]:
+def all_rows(
+    checkpoint: str, table: TableSchema, operator: str = OPERATOR
+) -> dict[int, list[tuple[Any, ...]]]:
     location = StateLocation(checkpoint)
-    meta = location.table(OPERATOR, table.name)
+    meta = location.table(operator, table.name)
     return {
-        p: [tuple(r.values()) for r in read_rows(location, OPERATOR, meta, p).to_pylist()]
-        for p in location.partitions(OPERATOR)
+        p: [tuple(r.values()) for r in read_rows(location, operator, meta, p).to_pylist()]
+        for p in location.partitions(operator)
     }
 
 
@@ -123,31 +148,119 @@ class TestRepartition:
         assert record.watermark == 7
         assert Path(result.backup).is_dir()
 
-    def test_an_interrupted_run_finishes(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    def test_each_repartition_keeps_its_own_backup(self, tmp_path: Path) -> None:
+        """Repartitioning again before the next batch (2 to 3, 3 to 2, 2 to 3)
+        keeps every earlier backup: the first still holds the original state."""
+        rows = _rows(seed=8)
+        checkpoint = write_state(tmp_path, 2, rows, ["bigint"])
+        backups = [repartition(checkpoint, n).backup for n in (3, 2, 3)]
+        assert len(set(backups)) == 3
+        assert all(Path(b).is_dir() for b in backups)
+        first = StateLocation(backups[0])
+        assert first.query() is not None and first.query()["partitions"] == 2  # type: ignore[index]
+        assert first.partitions(OPERATOR) == [0, 1]
+        found = all_rows(backups[0], TOTALS)
+        assert sorted(r for part in found.values() for r in part) == rows["totals"]
+
+
+def _check_finished(
+    checkpoint: str, rows: dict[str, list[tuple[Any, ...]]], new: int, backup_at: str | None = None
+) -> None:
+    """The state holds ``rows`` on ``new`` partitions, no staging or journal
+    is left, and one backup holds the original 2 partitions."""
+    for table in (EVENTS, TOTALS):
+        found = all_rows(checkpoint, table)
+        assert sorted(found) == list(range(new))
+        assert sorted(r for part in found.values() for r in part) == rows[table.name]
+    state = StateLocation(checkpoint).root
+    fs, _ = StateLocation.resolve_root(checkpoint)
+    assert not _repartition._exists(fs, f"{state}.repartition")
+    assert not _repartition._exists(fs, f"{state}.repartition.json")
+    backup = StateLocation(backup_at or f"{state}.before-repartition-0-2-to-{new}")
+    assert backup.partitions(OPERATOR) == [0, 1]
+    kept = sum(
+        read_rows(backup, OPERATOR, backup.table(OPERATOR, "totals"), p).num_rows for p in (0, 1)
+    )
+    assert kept == len(rows["totals"])
+
+
+class TestInterrupted:
+    @pytest.mark.parametrize("step", ["kept", "cleared", "installed"])
+    def test_a_run_killed_before_a_step_is_recorded_finishes(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
     ) -> None:
-        """Killed after the old state moved aside and before the new one moved
-        in, the command run again finishes the move."""
+        """Killed after a swap step's work and before the journal records it,
+        the command run again finishes the swap with nothing lost."""
         rows = _rows(seed=3)
         checkpoint = write_state(tmp_path, 2, rows, ["bigint"])
-        real = _repartition._move
-        calls: list[str] = []
+        real = _repartition._step
 
-        def failing(fs: Any, src: str, dst: str) -> None:
-            calls.append(src)
-            if len(calls) == 2:
+        def killed(fs: Any, journal: str, summary: dict[str, Any], at: str) -> None:
+            if at == step:
                 raise OSError("killed")
-            real(fs, src, dst)
+            real(fs, journal, summary, at)
 
-        monkeypatch.setattr(_repartition, "_move", failing)
+        monkeypatch.setattr(_repartition, "_step", killed)
         with pytest.raises(OSError, match="killed"):
             repartition(checkpoint, 3)
-        assert not (tmp_path / "checkpoint" / "state").exists()
-        monkeypatch.setattr(_repartition, "_move", real)
+        monkeypatch.setattr(_repartition, "_step", real)
+        messages: list[str] = []
+        result = repartition(checkpoint, 3, progress=messages.append)
+        assert messages == ["finishing an interrupted repartition"]
+        assert result.rows == {"events": len(rows["events"]), "totals": len(rows["totals"])}
+        _check_finished(checkpoint, rows, 3)
+
+    def test_a_run_killed_while_staging_starts_over(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Killed while writing the new state (no journal yet), the old state is
+        untouched and the command run again starts over."""
+        rows = _rows(seed=9)
+        checkpoint = write_state(tmp_path, 2, rows, ["bigint"])
+        real = _repartition._move_partition
+
+        def killed(*args: Any) -> Any:
+            if args[4] == 1:
+                raise OSError("killed")
+            return real(*args)
+
+        monkeypatch.setattr(_repartition, "_move_partition", killed)
+        with pytest.raises(OSError, match="killed"):
+            repartition(checkpoint, 3)
+        assert StateLocation(checkpoint).partitions(OPERATOR) == [0, 1]
+        monkeypatch.setattr(_repartition, "_move_partition", real)
         repartition(checkpoint, 3)
-        found = all_rows(checkpoint, TOTALS)
-        assert sorted(found) == [0, 1, 2]
-        assert sorted(r for part in found.values() for r in part) == rows["totals"]
+        _check_finished(checkpoint, rows, 3)
+
+    @pytest.mark.parametrize("target", ["backup", "install"])
+    def test_on_s3_a_partial_copy_is_redone(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3: MotoS3, target: str
+    ) -> None:
+        """On S3 (moves are copies and deletes), a run killed halfway through
+        copying the old state to its backup, or the new state into place,
+        leaves a partial tree; the command run again replaces it and finishes."""
+        rows = _rows(seed=12)
+        local = write_state(tmp_path, 2, rows, ["bigint"])
+        uri = s3.uri()
+        s3.upload(Path(local) / "state", uri)
+        real = _repartition._copy_tree
+
+        def partial(fs: Any, src: str, dst: str) -> None:
+            real(fs, src, dst)
+            if dst.endswith(".before-repartition-0-2-to-3") == (target == "backup"):
+                files = fs.get_file_info(pafs.FileSelector(dst, recursive=True))
+                for info in files[: len(files) // 2]:
+                    if info.type == pafs.FileType.File:
+                        fs.delete_file(info.path)
+                raise OSError("killed")
+
+        monkeypatch.setattr(_repartition, "_copy_tree", partial)
+        with pytest.raises(OSError, match="killed"):
+            repartition(uri, 3)
+        monkeypatch.setattr(_repartition, "_copy_tree", real)
+        repartition(uri, 3)
+        prefix = uri.split("/")[3].split("?")[0]
+        _check_finished(uri, rows, 3, s3.uri(f"{prefix}.before-repartition-0-2-to-3"))
 
 
 class TestRefusals:
@@ -172,9 +285,150 @@ class TestRefusals:
         with pytest.raises(InputError, match="leading primary-key columns"):
             repartition(checkpoint, 3)
 
+    def test_a_manifest_that_does_not_record_partitioning(self) -> None:
+        """A table from a manifest written before relstate recorded how rows map
+        to the query's key is refused, with the way out (run one batch)."""
+        obj = TableMeta.of(TOTALS).to_json()
+        del obj["partition_by"]
+        with pytest.raises(InputError, match="one batch with this relstate"):
+            _repartition._placements([TableMeta.from_json(obj)], ["bigint"])
+
+    def test_a_multi_stage_query(self, tmp_path: Path) -> None:
+        """A run_stages pipeline is refused plainly, not with a generic error."""
+        checkpoint = write_state(tmp_path, 2, _rows(seed=13), ["bigint"])
+        runner = tmp_path / "checkpoint" / "state" / "_runner"
+        query = json.loads((runner / "query.json").read_text())
+        (runner / "query.json").write_text(json.dumps({**query, "operator": f"{OPERATOR}+b"}))
+        record_path = runner / "batches" / f"{0:020d}.json"
+        record = json.loads(record_path.read_text())
+        staged = {**record, "winners": {}, "stage_winners": {OPERATOR: record["winners"]}}
+        record_path.write_text(json.dumps(staged))
+        with pytest.raises(InputError, match=r"multi-stage query \(run_stages"):
+            repartition(checkpoint, 3)
+
     def test_a_row_outside_its_hash_partition(self, tmp_path: Path) -> None:
         """State not partitioned by its leading key (all rows in partition 0)
         is refused rather than scattered wrongly."""
         checkpoint = write_state(tmp_path, 2, _rows(seed=6), ["bigint"], place=lambda r: 0)
-        with pytest.raises(InputError, match="not partitioned by its leading"):
+        with pytest.raises(InputError, match="not partitioned by the columns it declares"):
             repartition(checkpoint, 3)
+
+
+EVENTS_IN = pa.schema([("k", pa.int64()), ("ts", pa.timestamp("us")), ("v", pa.int64())])
+
+
+def _hashed(k: int, n: int) -> int:
+    return spark_partition([k], [pa.int64()], n)
+
+
+def _keyed_state(
+    old: int, keyed: dict[str, list[tuple[Any, ...]]], key_at: dict[str, int]
+) -> list[dict[str, list[tuple[Any, ...]]]]:
+    """Each table's rows in the partition of the query key at ``key_at``."""
+    return [
+        {
+            name: [r for r in rows if _hashed(r[key_at[name]], old) == p]
+            for name, rows in keyed.items()
+        }
+        for p in range(old)
+    ]
+
+
+def _key_placement(checkpoint: str, operator: Any, name: str, key_at: int) -> list[int]:
+    """Per row of table ``name``: 0 when it is in the partition of its key."""
+    table = next(t for t in operator.tables if t.name == name)
+    found = all_rows(checkpoint, table, operator.name)
+    return [abs(p - _hashed(r[key_at], len(found))) for p, part in found.items() for r in part]
+
+
+class TestOperatorTables:
+    @pytest.mark.parametrize("old", [1, 2])
+    def test_dedup_expiry_index_moves_by_its_key_not_its_time(
+        self, tmp_path: Path, old: int
+    ) -> None:
+        """DropDuplicatesWithinWatermark's expiry index, keyed (expires_at, k),
+        moves by k like the rows it expires, also from one partition (where no
+        row can be seen to be misplaced)."""
+        op = DropDuplicatesWithinWatermark(EVENTS_IN, ["k"], event_time="ts", delay_ms=100)
+        keys = range(-40, 40)
+        seen = [(k, 1_000 + k) for k in keys]
+        expiry = [(1_000 + k, k) for k in keys]
+        key_at = {"seen": 0, "expiry": 1}
+        per = _keyed_state(old, {"seen": seen, "expiry": expiry}, key_at)
+        checkpoint = commit_state(tmp_path, op.name, state_tables(op), per, ["bigint"])
+        result = repartition(checkpoint, 3)
+        assert result.rows == {"seen": 80, "expiry": 80}
+        for name, at in key_at.items():
+            placed = _key_placement(checkpoint, op, name, at)
+            assert len(placed) == 80 and not any(placed)
+
+    def test_drop_duplicates_with_eviction_moves_by_its_key(self, tmp_path: Path) -> None:
+        """DropDuplicates over (k, ts) with eviction keys its rows event time
+        first; they move by k."""
+        op = DropDuplicates(EVENTS_IN, ["k", "ts"], event_time="ts")
+        seen = [(1_000 * k, k) for k in range(-30, 30)]
+        per = _keyed_state(1, {"seen": seen}, {"seen": 1})
+        checkpoint = commit_state(tmp_path, op.name, state_tables(op), per, ["bigint"])
+        repartition(checkpoint, 3)
+        placed = _key_placement(checkpoint, op, "seen", 1)
+        assert len(placed) == 60 and not any(placed)
+
+    def test_append_join_index_by_key_and_least_floor_everywhere(self, tmp_path: Path) -> None:
+        """AppendJoin's time indexes move by their join key, and every new
+        partition gets, per side, the least floor of the old partitions (a
+        lower bound of every time it now stores), so eviction still finds
+        every old row."""
+        op = AppendJoin(
+            EVENTS_IN,
+            EVENTS_IN,
+            ["k"],
+            ["k"],
+            "ts",
+            "ts",
+            TimeRange(1_000, 1_000),
+            right_prefix="r_",
+        )
+        # rows: (__t, __seq, k, ts, v, __matched); index: (__t, k, __seq)
+        rows = {
+            "left_rows": [(100 + k, 5, k, None, k, False) for k in range(20)],
+            "left_index": [(100 + k, k, 5) for k in range(20)],
+            "right_rows": [(200 + k, 6, k, None, k, True) for k in range(10, 30)],
+            "right_index": [(200 + k, k, 6) for k in range(10, 30)],
+        }
+        key_at = {"left_rows": 2, "left_index": 1, "right_rows": 2, "right_index": 1}
+        per = _keyed_state(2, rows, key_at)
+        per[0]["floors"] = [(0, 100), (1, 250)]
+        per[1]["floors"] = [(0, 103), (1, 210)]
+        checkpoint = commit_state(tmp_path, op.name, state_tables(op), per, ["bigint"])
+        result = repartition(checkpoint, 3)
+        assert result.rows["floors"] == 6
+        for name, at in key_at.items():
+            placed = _key_placement(checkpoint, op, name, at)
+            assert len(placed) == 20 and not any(placed)
+        floors = all_rows(checkpoint, FLOORS, op.name)
+        assert floors == {p: [(0, 100), (1, 210)] for p in range(3)}
+
+    def test_join_ttl_sweeps_get_the_earliest_old_sweep(self, tmp_path: Path) -> None:
+        """StreamingJoin's ttl_sweeps (per side, not per key): every new
+        partition sweeps at the earliest time an old partition would have."""
+        op = StreamingJoin(
+            "inner",
+            EVENTS_IN,
+            EVENTS_IN,
+            ["k"],
+            ["k"],
+            left_ttl_ms=60_000,
+            right_ttl_ms=60_000,
+            right_prefix="r_",
+        )
+        left = [(k, None, k, 1, 7) for k in range(30)]
+        per = _keyed_state(2, {"left": left}, {"left": 0})
+        per[0]["ttl_sweeps"] = [(0, 5_000), (1, 9_000)]
+        per[1]["ttl_sweeps"] = [(0, 6_000), (1, 8_000)]
+        checkpoint = commit_state(tmp_path, op.name, state_tables(op), per, ["bigint"])
+        repartition(checkpoint, 3)
+        placed = _key_placement(checkpoint, op, "left", 0)
+        assert len(placed) == 30 and not any(placed)
+        sweeps = next(t for t in op.tables if t.name == "ttl_sweeps")
+        found = all_rows(checkpoint, sweeps, op.name)
+        assert found == {p: [(0, 5_000), (1, 8_000)] for p in range(3)}

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from encoding import Direction, KeyColumn, TableSchema
+from encoding import Direction, KeyColumn, PartitionLocal, SchemaError, TableSchema
 from statestore import IncompatibleStateError, StateStoreError, _transfer
 from statestore._metadata import TableMeta, check_compatible
 from tests.statestore._store_util import KV, Stores, put, rows
@@ -116,6 +116,42 @@ class TestMetadataChecks:
         meta = TableMeta.of(KV)
         with pytest.raises(IncompatibleStateError, match="upgrade"):
             check_compatible([meta], None, 99, [KV], None, 1, "here")
+
+
+class TestPartitionBy:
+    @pytest.mark.parametrize(
+        "by", [None, ("v",), PartitionLocal(), PartitionLocal(least="v")], ids=repr
+    )
+    def test_manifest_json_round_trips_it(self, by: object) -> None:
+        """Each kind of partition_by survives the manifest's JSON."""
+        schema = TableSchema(1, KV.columns, ["k"], name="kv", partition_by=by)  # type: ignore[arg-type]
+        meta = TableMeta.from_json(TableMeta.of(schema).to_json())
+        assert meta.partition_by == schema.partition_by and meta.partition_recorded
+
+    def test_old_manifest_without_it_loads_as_unrecorded(self) -> None:
+        """A manifest from before partition_by loads; it says nothing is recorded."""
+        obj = TableMeta.of(KV).to_json()
+        del obj["partition_by"]
+        meta = TableMeta.from_json(obj)
+        assert meta.partition_by is None and not meta.partition_recorded
+        check_compatible([meta], None, 1, [KV], None, 1, "here")
+
+    def test_a_changed_declaration_reopens_and_is_recorded(self, stores: Stores) -> None:
+        """State committed without a declaration loads into a store that makes
+        one, and the next manifest records it (it moves rows, not reads them)."""
+        _committed(stores)
+        declared = TableSchema(1, KV.columns, ["k"], name="kv", partition_by=PartitionLocal())
+        s = stores.open(tables=[declared])
+        s.load(1)
+        info = s.commit(2)
+        (meta,) = s.checkpoint.manifest(2, info.commit_id).tables
+        assert meta.partition_by == PartitionLocal()
+
+    @pytest.mark.parametrize("by", [("nope",), (), "k", PartitionLocal(least="nope")], ids=repr)
+    def test_bad_declarations_are_schema_errors(self, by: object) -> None:
+        """partition_by must name columns of the table, as a sequence."""
+        with pytest.raises(SchemaError, match="partition_by"):
+            TableSchema(1, KV.columns, ["k"], name="kv", partition_by=by)  # type: ignore[arg-type]
 
 
 class TestLocalCache:
