@@ -331,6 +331,13 @@ class _Driver:
         #: an insert and checking the kinds would only cost a Spark job).
         self.changelog_input = True
         self.fs, root = filesystem_of(plan.location)
+        journal = f"{root}.repartition.json"
+        if self.fs.get_file_info(journal).type != pafs.FileType.NotFound:
+            # Before anything is written: the state may be half moved.
+            raise InputError(
+                f"the state at {plan.location} is being repartitioned ({journal} exists); "
+                "run `relstate repartition` on it again to finish, then start the query"
+            )
         self.root = f"{root}/_runner"
         self.fs.create_dir(f"{self.root}/batches", recursive=True)
         self.log = structlog.get_logger("relstate").bind(operator=self.name)

@@ -3,6 +3,7 @@ bad input."""
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,19 @@ class TestBadInput:
         _run(spark, tmp_path, small[:1], partitions=3)
         with pytest.raises(InputError, match="partitions"):
             _run(spark, tmp_path, small[:1], partitions=4)
+
+    def test_unfinished_repartition_is_refused(
+        self, spark: Any, tmp_path: Path, small: list[pa.Table]
+    ) -> None:
+        """A query does not start on state whose repartition was interrupted
+        (its journal is there), and writes nothing there."""
+        _run(spark, tmp_path, small[:1], partitions=3)
+        state = tmp_path / "checkpoint" / "state"
+        shutil.move(state, tmp_path / "checkpoint" / "state.repartition")
+        (tmp_path / "checkpoint" / "state.repartition.json").write_text("{}")
+        with pytest.raises(InputError, match="being repartitioned"):
+            _run(spark, tmp_path, small[:1], partitions=4)
+        assert not state.exists()
 
     def test_missing_key_column(self, spark: Any, tmp_path: Path) -> None:
         """A key column the input does not have is refused before the query starts."""
