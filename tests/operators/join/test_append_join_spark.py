@@ -170,7 +170,8 @@ def results(
     for how in SPARK_HOW:
         started[how] = (
             _spark_join(spark, dirs, how),
-            _relstate_join(spark, dirs, how, root / how),
+            # Not beside the inputs: a query dir named 'left' would be the left input's.
+            _relstate_join(spark, dirs, how, root / "queries" / how),
         )
     out = {}
     for how, ((spark_query, expected), (query, sink, op)) in started.items():
