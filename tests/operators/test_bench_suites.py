@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from operators._bench import suites
+from operators._bench import runner, suites
 from operators._bench.versus import Comparison, SuiteResult, markdown, terminal
 from operators.cli import main
 
@@ -86,6 +86,29 @@ class TestSuiteCommand:
         page = (tmp_path / "docs/bench/fake.md").read_text(encoding="utf-8")
         assert page.startswith("# A fake operator against a fake baseline\n")
         assert "| fast one | 200,000 | 2.00 s |" in page
+
+    def test_load_is_read_before_the_suite_runs(
+        self,
+        fake_suite: list[bool],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The page's "load at start" is the load before the suite ran, not
+        the load its own work left behind."""
+        load = [0.5]
+        monkeypatch.setattr(runner, "_load", lambda: load[0])
+        module = sys.modules["fake_suite"]
+        measure = module.run
+
+        def busy(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
+            load[0] = 9.0  # the suite's own Spark and workers
+            return measure(quick, workdir, progress)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(module, "run", busy)
+        monkeypatch.chdir(tmp_path)
+        assert main(["bench", "--suite", "fake"]) == 0
+        page = (tmp_path / "docs/bench/fake.md").read_text(encoding="utf-8")
+        assert "load 0.5 at start" in page
 
     def test_no_write_prints_only(
         self, fake_suite: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
