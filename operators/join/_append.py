@@ -4,7 +4,8 @@ Two append-only inputs with event times, an equi-join plus a time range or
 equal windows. Per micro-batch, as Spark's StreamingSymmetricHashJoinExec
 does (docs/operators/join.md, "Append mode"):
 
-1. A row at or below the previous batch's watermark is late: dropped.
+1. A row at or below the previous batch's watermark is late: dropped (with
+   windows, a row whose window ends at or below it).
 2. Any other row joins the other side's stored rows (key, time range, extra
    condition) and is stored with a matched flag; the flag of each stored row
    it meets is set.
@@ -111,7 +112,8 @@ class AppendJoin(Operator):
         late = ctx.previous_watermark
         if late is not None:
             cut = late * 1000
-            kept = [i for i, t in enumerate(times) if t > cut]
+            lateness = self.time.lateness_time
+            kept = [i for i, t in enumerate(times) if lateness(t) > cut]
             if len(kept) < len(times):
                 ctx.count(f"{name}LateRowsDropped", len(times) - len(kept))
                 batch = batch.take(pa.array(kept, type=pa.int64()))

@@ -41,6 +41,11 @@ class TimeRange:
         """The time a row is stored and matched under: its own event time."""
         return t
 
+    def lateness_time(self, t: int) -> int:
+        """The time (µs) the watermark judges a row of event time ``t`` by:
+        the row is late when it is at or below the watermark."""
+        return t
+
     def other_bounds(self, side: int, t: int) -> tuple[int, int]:
         """The stored times (inclusive) of the other side that a row of
         ``side`` with event time ``t`` matches."""
@@ -74,6 +79,12 @@ class TimeWindows:
     def bucket(self, t: int) -> int:
         """The start (µs) of the window holding ``t``."""
         return t - t % (self.size_ms * _MS)
+
+    def lateness_time(self, t: int) -> int:
+        """The end (µs) of the window holding ``t``: in Spark a stream has one
+        event-time column, and in a window join it is the window, so a row is
+        late only once its whole window is at or below the watermark."""
+        return self.bucket(t) + self.size_ms * _MS
 
     def other_bounds(self, side: int, t: int) -> tuple[int, int]:
         """Rows of the other side in the same window."""

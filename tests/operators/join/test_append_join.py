@@ -204,6 +204,17 @@ class TestAppendJoinEviction:
             assert h.table("left_rows").row_count == 0
             assert h.table("right_rows").row_count == 1
 
+    def test_windows_late_by_window_end(self) -> None:
+        """With windows a row is late only once its window ends at or below the
+        previous watermark (Spark's window join, whose event-time column is
+        the window): a row below the watermark in an open window still joins."""
+        with OperatorHarness(join(time=TimeWindows(10_000))) as h:
+            batch(h, None, right=[("a", 25_000, 7)])
+            batch(h, 22_000)
+            out = batch(h, 22_000, left=[("a", 21_000, 1), ("a", 9_000, 2)])
+            assert out == [("a", 21_000, 1, "a", 25_000, 7)]
+            assert h.last_metrics["leftLateRowsDropped"] == 1
+
 
 class TestAppendJoinOuter:
     def test_unmatched_left_row_padded_once_at_eviction(self) -> None:

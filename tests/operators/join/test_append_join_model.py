@@ -59,6 +59,14 @@ class Model:
             ok = left[1] // size == right[1] // size
         return ok and (self.condition is None or self.condition(left, right))
 
+    def _lateness_time(self, row: Row) -> int:
+        """Spark's late rule looks at the stream's event-time column: the row's
+        time, or (windows) its window's end."""
+        if isinstance(self.time, TimeRange):
+            return row[1]
+        size = self.time.size_ms
+        return row[1] // size * size + size
+
     def batch(
         self, late: int | None, wm: int | None, sides: tuple[list[Row], list[Row]]
     ) -> Counter[Row]:
@@ -66,7 +74,7 @@ class Model:
         outer = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}[self.join_type]
         for side in (0, 1):
             for row in sides[side]:
-                if late is not None and row[1] <= late:
+                if late is not None and self._lateness_time(row) <= late:
                     continue
                 stored = _Stored(row)
                 for other in self.state[1 - side]:

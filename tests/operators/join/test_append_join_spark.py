@@ -1,6 +1,6 @@
 """AppendJoin against Spark's own stream-stream join, on the same files and
 batches: the same rows, batch by batch, for inner, left, right and full
-outer joins.
+outer joins, with a time range and with equal tumbling windows.
 
 Fairness: Spark runs extra batches without data when the watermark moves
 (``spark.sql.streaming.noDataMicroBatches.enabled``), to evict and pad rows
@@ -25,7 +25,7 @@ import pytest
 
 from operators import ParquetSink, Watermark, run_operator
 from operators.demo import write_batches
-from operators.join import AppendJoin, TimeRange
+from operators.join import AppendJoin, TimeRange, TimeWindows
 
 pytestmark = pytest.mark.spark
 
@@ -33,6 +33,10 @@ BATCHES = 5
 #: right.ts BETWEEN left.ts - 2 s AND left.ts + 3 s; watermark delays 1 s
 #: (left) and 2 s (right), so the min rule matters.
 BEFORE_MS, AFTER_MS = 2_000, 3_000
+#: Or both sides in tumbling windows of 5 s, joined on equal windows.
+WINDOW_MS = 5_000
+#: The time conditions, and the seed of each one's data.
+TIMES = {"range": 5, "window": 6}
 DELAYS = (1_000, 2_000)
 SPARK_HOW = {"inner": "inner", "left": "left_outer", "right": "right_outer", "full": "full_outer"}
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -70,10 +74,9 @@ def _data(seed: int) -> tuple[list[pa.Table], list[pa.Table]]:
     return sides
 
 
-def _spark_join(
-    spark: Any, dirs: tuple[Path, Path], how: str
-) -> dict[int, Counter[tuple[Any, ...]]]:
-    """Spark's native join of the two directories; rows per batch id."""
+def _spark_join(spark: Any, dirs: tuple[Path, Path], how: str, time: str) -> tuple[Any, Rows]:
+    """Start Spark's native join of the two directories; the query, and its
+    rows per batch id as they come."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -84,12 +87,28 @@ def _spark_join(
             spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(directory))
         )
         renamed = stream.select(*[F.col(c).alias(prefix + c) for c in ("k", "ts", "v")])
-        frames.append(renamed.withWatermark(f"{prefix}ts", f"{delay} milliseconds"))
-    condition = F.expr(
-        f"l_k = r_k AND r_ts >= l_ts - interval {BEFORE_MS} milliseconds "
-        f"AND r_ts <= l_ts + interval {AFTER_MS} milliseconds"
-    )
-    joined = frames[0].join(frames[1], condition, SPARK_HOW[how])
+        if time == "window":
+            # A stream has one event-time column: the watermark goes on a copy
+            # of ts, the window over it inherits it, and the copy is dropped.
+            # Spark then evicts and pads by window end.
+            marked = (
+                renamed.withColumn("et", F.col(f"{prefix}ts"))
+                .withWatermark("et", f"{delay} milliseconds")
+                .withColumn(f"{prefix}w", F.window("et", f"{WINDOW_MS} milliseconds"))
+                .drop("et")
+            )
+        else:
+            marked = renamed.withWatermark(f"{prefix}ts", f"{delay} milliseconds")
+        frames.append(marked)
+    if time == "window":
+        condition = F.expr("l_k = r_k AND l_w = r_w")
+    else:
+        condition = F.expr(
+            f"l_k = r_k AND r_ts >= l_ts - interval {BEFORE_MS} milliseconds "
+            f"AND r_ts <= l_ts + interval {AFTER_MS} milliseconds"
+        )
+    columns = [p + c for p in ("l_", "r_") for c in ("k", "ts", "v")]
+    joined = frames[0].join(frames[1], condition, SPARK_HOW[how]).select(*columns)
     out: Rows = {}
 
     def collect(df: Any, batch_id: int) -> None:
@@ -106,7 +125,7 @@ def _spark_join(
 
 
 def _relstate_join(
-    spark: Any, dirs: tuple[Path, Path], how: str, work: Path
+    spark: Any, dirs: tuple[Path, Path], how: str, time: str, work: Path
 ) -> tuple[Any, ParquetSink, AppendJoin]:
     """Start relstate's AppendJoin through the runner; the query, its sink
     and the operator."""
@@ -126,7 +145,7 @@ def _relstate_join(
         ["k"],
         "ts",
         "ts",
-        TimeRange(BEFORE_MS, AFTER_MS),
+        TimeWindows(WINDOW_MS) if time == "window" else TimeRange(BEFORE_MS, AFTER_MS),
         how,
         left_prefix="l_",
         right_prefix="r_",
@@ -153,25 +172,27 @@ def _read(spark: Any, sink: ParquetSink, op: AppendJoin) -> Rows:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=list(TIMES))
 def results(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[Rows, Rows, list[dict[str, Any]]]]:
-    """Per join type: Spark's rows, relstate's rows, relstate's batch history.
+    """Per join type: Spark's rows, relstate's rows, relstate's batch history,
+    for one time condition (range or windows).
 
     One data set serves the four join types, and the eight queries run at
     once (a streaming query mostly waits), to keep the test short."""
-    root = tmp_path_factory.mktemp("append-join")
-    left, right = _data(seed=5)
+    time = request.param
+    root = tmp_path_factory.mktemp(f"append-join-{time}")
+    left, right = _data(seed=TIMES[time])
     dirs = (root / "left", root / "right")
     write_batches(dirs[0], left, prefix="left")
     write_batches(dirs[1], right, prefix="right")
     started = {}
     for how in SPARK_HOW:
         started[how] = (
-            _spark_join(spark, dirs, how),
+            _spark_join(spark, dirs, how, time),
             # Not beside the inputs: a query dir named 'left' would be the left input's.
-            _relstate_join(spark, dirs, how, root / "queries" / how),
+            _relstate_join(spark, dirs, how, time, root / "queries" / how),
         )
     out = {}
     for how, ((spark_query, expected), (query, sink, op)) in started.items():
@@ -186,8 +207,9 @@ class TestAppendJoinAgainstSpark:
     def test_same_rows_per_batch_as_spark(
         self, results: dict[str, tuple[Rows, Rows, list[dict[str, Any]]]], how: str
     ) -> None:
-        """Per batch, relstate's rows equal Spark's native join's, as multisets;
-        the data makes matches, late rows and (outer joins) padded rows."""
+        """Per batch, relstate's rows equal Spark's native join's, as multisets,
+        with a time range and with windows; the data makes matches, late rows
+        and (outer joins) padded rows."""
         expected, got, history = results[how]
         assert len(history) == BATCHES
         nonempty = {b: c for b, c in expected.items() if c}
