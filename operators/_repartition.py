@@ -8,9 +8,10 @@ leading primary-key columns (the default), by other named columns (an index
 keyed by time first), or not at all (:class:`encoding.PartitionLocal`: a
 partition's own bookkeeping, which every new partition gets the least of, or
 which must be empty). Every keyed row moves to the partition of its key, and
-is checked on the way to be in the partition of that key now. This covers the
-queries of ``run_operator`` whose manifests record it (written by this
-relstate or later), and no pending timers; not ``run_stages`` pipelines.
+is checked on the way to be in the partition of that key now. A
+``run_stages`` pipeline (the FK join) moves each stage's state by that
+stage's own key. This covers queries whose manifests record the placement
+(written by this relstate or later), and no pending timers.
 
 The new state is written beside the old one, complete, with the runner's
 records of the last committed batch naming the new commits; then a journal
@@ -144,18 +145,24 @@ def _backup_name(fs: pafs.FileSystem, root: str, batch: int, old: int, new: int)
     return name
 
 
-def _check_single_stage(location: StateLocation, query: dict[str, Any], batch: int) -> None:
-    """Refuse a ``run_stages`` pipeline: its stages are keyed by different
-    columns, which one query record does not say."""
-    path = posixpath.join(location.root, RUNNER, "batches", f"{batch:020d}.json")
-    stages = sorted(_read_json(location.fs, path).get("stage_winners") or {})
-    if stages or query["operator"] not in location.operators():
+def _stage_keys(
+    location: StateLocation, query: dict[str, Any], record: dict[str, Any]
+) -> dict[str, list[str]]:
+    """The operators whose state moves, each with the Spark types of the key
+    its rows are partitioned by: ``run_operator``'s one operator, or each
+    stage of a ``run_stages`` pipeline (the query records one key per stage,
+    in the order of the stages its name joins with ``+``)."""
+    stage_winners = record.get("stage_winners") or {}
+    if not stage_winners:
+        return {location.operator(query["operator"]): list(query["key_types"][0])}
+    names = str(query["operator"]).split("+")
+    if len(names) != len(query["key_types"]) or sorted(names) != sorted(stage_winners):
         raise InputError(
-            f"the state at {location.path} belongs to a multi-stage query (run_stages, "
-            f"stages {stages or query['operator']}); relstate repartition supports queries "
-            "of run_operator only. Keep the partition count, or rebuild the state from the "
-            "inputs on a new checkpoint"
+            f"the state at {location.path} is a pipeline whose stages {sorted(stage_winners)} "
+            f"do not match its query record ({query['operator']!r}, key types "
+            f"{query['key_types']}), so relstate cannot tell each stage's key"
         )
+    return {name: list(types) for name, types in zip(names, query["key_types"], strict=True)}
 
 
 def repartition(
@@ -183,15 +190,63 @@ def repartition(
             f"the state at {path} has no committed batch recorded by the runner; there is "
             "nothing to repartition"
         )
-    _check_single_stage(location, query, batch)
-    operator = location.operator(query["operator"])
+    record_path = posixpath.join(root, RUNNER, "batches", f"{batch:020d}.json")
+    record = _read_json(fs, record_path)
+    stage_keys = _stage_keys(location, query, record)
     old = int(query["partitions"])
     if old == partitions:
         raise InputError(f"the state at {path} has {old} partitions already")
-    metas = location.tables(operator, batch)
-    placements = _placements(metas, list(query["key_types"][0]))
+    # Check every operator's tables before anything is written.
+    placements = {}
+    for operator, key_types in stage_keys.items():
+        metas = location.tables(operator, batch)
+        placements[operator] = (metas, _placements(metas, key_types))
     if _exists(fs, staging):
         fs.delete_dir(staging)  # an earlier run's, never swapped in (no journal)
+    pipeline = bool(record.get("stage_winners"))
+    rows: dict[str, int] = {}
+    for operator, (metas, placement) in placements.items():
+        winners, moved = _move_operator(
+            location, staging, operator, metas, placement, batch, old, partitions, progress
+        )
+        rows.update({f"{operator}.{t}" if pipeline else t: n for t, n in moved.items()})
+        if pipeline:
+            record["stage_winners"][operator] = winners
+        else:
+            record["winners"] = winners
+    runner = posixpath.join(staging, RUNNER)
+    _write_json(fs, posixpath.join(runner, "batches", f"{batch:020d}.json"), record)
+    _write_json(fs, posixpath.join(runner, "query.json"), {**query, "partitions": partitions})
+    summary = {
+        "operator": str(query["operator"]),
+        "batch_id": batch,
+        "old_partitions": old,
+        "new_partitions": partitions,
+        "rows": rows,
+        "backup": _backup_name(fs, root, batch, old, partitions),
+        "root": root,
+        "staging": staging,
+        "step": _STAGED,
+    }
+    # From here on the new state is complete and the swap is decided.
+    _write_json(fs, journal, summary)
+    return _swap(fs, root, summary)
+
+
+def _move_operator(
+    location: StateLocation,
+    staging: str,
+    operator: str,
+    metas: list[TableMeta],
+    placements: dict[str, Placement],
+    batch: int,
+    old: int,
+    partitions: int,
+    progress: Callable[[str], None],
+) -> tuple[dict[str, str], dict[str, int]]:
+    """Write ``operator``'s state at ``batch`` under ``staging`` for
+    ``partitions`` partitions, each new partition committed as ``batch``;
+    return the new winners and the rows moved per table."""
     local = tempfile.mkdtemp(prefix="relstate-repartition-")
     rows = {m.name: 0 for m in metas if m.name != TIMERS.name}
     try:
@@ -202,7 +257,7 @@ def repartition(
                 q,
                 [table_schema(m) for m in metas],
                 StoreConfig(local_dir=local, partition_count=partitions),
-                filesystem=fs,
+                filesystem=location.fs,
             )
             for q in range(partitions)
         ]
@@ -211,7 +266,7 @@ def repartition(
                 store.load(None)
             least: dict[str, dict[Row, Row]] = {}
             for p in location.partitions(operator):
-                progress(f"reading partition {p}")
+                progress(f"reading {operator} partition {p}")
                 moved = _move_partition(
                     location, operator, metas, placements, p, old, partitions, batch
                 )
@@ -238,25 +293,7 @@ def repartition(
                 store.close()
     finally:
         shutil.rmtree(local, ignore_errors=True)
-    record = _read_json(fs, posixpath.join(root, RUNNER, "batches", f"{batch:020d}.json"))
-    record["winners"] = winners
-    runner = posixpath.join(staging, RUNNER)
-    _write_json(fs, posixpath.join(runner, "batches", f"{batch:020d}.json"), record)
-    _write_json(fs, posixpath.join(runner, "query.json"), {**query, "partitions": partitions})
-    summary = {
-        "operator": operator,
-        "batch_id": batch,
-        "old_partitions": old,
-        "new_partitions": partitions,
-        "rows": rows,
-        "backup": _backup_name(fs, root, batch, old, partitions),
-        "root": root,
-        "staging": staging,
-        "step": _STAGED,
-    }
-    # From here on the new state is complete and the swap is decided.
-    _write_json(fs, journal, summary)
-    return _swap(fs, root, summary)
+    return winners, rows
 
 
 def _move_partition(

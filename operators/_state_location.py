@@ -39,6 +39,12 @@ class BatchRecord:
     winners: dict[int, str]
     watermark: int | None
     metrics: dict[str, int]
+    #: A pipeline's winners, per stage operator (``winners`` is then empty).
+    stage_winners: dict[str, dict[int, str]]
+
+    def winners_of(self, operator: str) -> dict[int, str]:
+        """Each partition's winning commit of ``operator`` in this batch."""
+        return self.stage_winners.get(operator, {}) if self.stage_winners else self.winners
 
 
 def table_schema(meta: TableMeta) -> TableSchema:
@@ -124,6 +130,10 @@ class StateLocation:
             winners={int(k): str(v) for k, v in obj["winners"].items()},
             watermark=obj.get("watermark"),
             metrics={str(k): int(v) for k, v in obj.get("metrics", {}).items()},
+            stage_winners={
+                str(name): {int(k): str(v) for k, v in winners.items()}
+                for name, winners in obj.get("stage_winners", {}).items()
+            },
         )
 
     # -- operators and partitions -----------------------------------------------------
@@ -199,7 +209,7 @@ class StateLocation:
                 "may have failed"
             )
         record = self.record(batch_id) if recorded else None
-        commit_id = None if record is None else record.winners.get(partition)
+        commit_id = None if record is None else record.winners_of(operator).get(partition)
         if record is not None and commit_id is None:
             return None  # the batch ran with fewer partitions than there are now
         try:

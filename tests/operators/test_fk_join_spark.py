@@ -13,8 +13,9 @@ import pytest
 from fk_driver import FkDriver
 
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
-from operators.demo import write_batches
+from operators._repartition import repartition
 from statestore._faults import InjectedFault, arm, inject
+from tests.operators.test_repartition_spark import _append
 
 
 def _pickle_by_value() -> None:
@@ -70,14 +71,23 @@ def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]
     return changes, joins, subscriptions
 
 
+def _write(root: Path, batches: list[list[pa.Table]], first: int = 0) -> None:
+    """Write batches ``first``.. of each table as files newer than any there."""
+    for side in (0, 1):
+        (root / f"in{side}").mkdir(parents=True, exist_ok=True)
+        _append(root / f"in{side}", [b[side] for b in batches], first, prefix="part")
+
+
 def _run(
-    spark: Any, root: Path, join: FkJoin, batches: list[list[pa.Table]]
+    spark: Any, root: Path, join: FkJoin, batches: list[list[pa.Table]], partitions: int = 3
 ) -> tuple[ParquetSink, Any]:
+    """Run the join over ``batches`` (written unless ``root`` has input already)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    if not (root / "in0").exists():
+        _write(root, batches)
     streams = []
     for side in (0, 1):
-        write_batches(root / f"in{side}", [b[side] for b in batches], prefix="part")
         schema = from_arrow_schema(batches[0][side].schema)
         streams.append(
             spark.readStream.schema(schema)
@@ -89,7 +99,7 @@ def _run(
         streams[0],
         streams[1],
         join,
-        partitions=3,
+        partitions=partitions,
         checkpoint=str(root / "ck"),
         sink=sink,
         trigger={"availableNow": True},
@@ -146,6 +156,52 @@ class TestFkJoinThroughSpark:
         assert not (fault_dir / "runner.task_after_commit").exists()
         sink, _ = _run(spark, tmp_path, join, changes)
         assert _materialised(spark, sink, join) == joins
+
+    def test_state_reads_and_repartitions(self, spark: Any, tmp_path: Path) -> None:
+        """Both stages' state reads as DataFrames (the subscriptions: one row
+        per left row with an FK). After two batches on 2 partitions the
+        stopped query is repartitioned to 3, each stage by its own key; the
+        resumed query's output after every batch still equals the batch join,
+        and its state reads from 3 partitions."""
+        join = FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
+        changes, joins, subscriptions = _changes(join, seed=23, batches=4)
+        _, _, subscribed_at_two = _changes(join, seed=23, batches=2)
+        checkpoint = str(tmp_path / "ck")
+
+        def state(table: str) -> Any:
+            return (
+                spark.read.format("relstate-state")
+                .option("path", checkpoint)
+                .option("operator", f"{join.name}-subscriptions")
+                .option("table", table)
+                .load()
+            )
+
+        _write(tmp_path, changes[:2])
+        _run(spark, tmp_path, join, changes, partitions=2)
+        assert state("subscriptions").count() == subscribed_at_two
+        result = repartition(checkpoint, 3)
+        assert (result.old_partitions, result.new_partitions) == (2, 3)
+        assert result.rows[f"{join.name}-subscriptions.subscriptions"] == subscribed_at_two
+        _write(tmp_path, changes, first=2)
+        sink, query = _run(spark, tmp_path, join, changes, partitions=3)
+        assert _materialised(spark, sink, join) == joins
+        assert query.last_metrics["numSubscriptionRows"] == subscriptions
+        assert state("subscriptions").count() == subscriptions
+        left_rows = (
+            spark.read.format("relstate-state")
+            .option("path", checkpoint)
+            .option("operator", f"{join.name}-results")
+            .option("table", "left")
+            .load()
+        )
+        # A left join has one output row per left row.
+        assert sorted(r["id"] for r in left_rows.collect()) == sorted(joins[-1])
+        metadata = spark.read.format("relstate-metadata").option("path", checkpoint).load()
+        partitions = {(r["operator"], r["partition"]) for r in metadata.collect()}
+        assert partitions == {
+            (f"{join.name}-{stage}", p) for stage in ("subscriptions", "results") for p in range(3)
+        }
 
 
 def test_injected_fault_is_the_runner_point() -> None:
