@@ -191,6 +191,19 @@ class MemTable:
             return []
         return [k for k, v in zip(keys, values, strict=True) if not self.insert(k, v)]
 
+    def delete_many(self, keys: list[bytes], olds: list[bytes]) -> list[bytes]:
+        """Record deletes of ``olds`` at ``keys``; returns the keys whose
+        delete was a conflict. Keys the epoch has not touched go in one pass."""
+        new = self._new
+        if new.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            new.update(dict.fromkeys(keys))
+            self._old.update(zip(keys, olds, strict=True))
+            self.deletes += len(keys)
+            if self._sorted is not None:
+                self._sorted.update(keys)
+            return []
+        return [k for k, v in zip(keys, olds, strict=True) if not self.delete(k, v)]
+
     def replace(self, key: bytes, op: KeyOp | None) -> None:
         """Set ``key``'s net operation outright, without merging (``None``
         forgets the key): for a caller that has squared the epoch with

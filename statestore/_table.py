@@ -11,6 +11,7 @@ import enum
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -308,17 +309,25 @@ class StateTable:
     ) -> pa.RecordBatch:
         """The rows :meth:`scan` yields, as one Arrow record batch."""
         lower, upper = self._bounds(prefix, start, end)
+        return self._values_batch(self._merged_values(lower, upper, reverse))
+
+    def scan_ranges(
+        self,
+        ranges: Iterable[tuple[Sequence[Any], Sequence[Any] | None, Sequence[Any] | None]],
+    ) -> pa.RecordBatch:
+        """The rows of many scans, each ``(prefix, start, end)`` as in
+        :meth:`scan`, one after another as one Arrow record batch: many short
+        scans (one per join key, say) decode once, not once each."""
+        values: list[Row | bytes] = []
+        for prefix, start, end in ranges:
+            lower, upper = self._bounds(prefix, start, end)
+            values.extend(self._merged_values(lower, upper, False))
+        return self._values_batch(values)
+
+    def _values_batch(self, values: list[Row | bytes]) -> pa.RecordBatch:
+        """Stored values (row-layout bytes, or the cell layout's tuples) as a batch."""
         if self._cells is not None:
-            rows = [self._as_row(v) for _, v in self._merged(lower, upper, reverse)]
-            columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.schema.columns)
-            return pa.RecordBatch.from_arrays(
-                [
-                    pa.array(list(c), type=f.type)
-                    for c, f in zip(columns, self.schema.columns, strict=True)
-                ],
-                schema=self.schema.columns,
-            )
-        values = [v for _, v in self._merged(lower, upper, reverse)]
+            return self._rows_batch([self._as_row(v) for v in values])
         return self.rows.decode_batch(values)  # type: ignore[arg-type]
 
     def _storage(
@@ -350,6 +359,20 @@ class StateTable:
             row = self._cells_row(row_key, cells)
             if row is not None:
                 yield row_key, row
+
+    def _merged_values(self, lower: bytes, upper: bytes | None, reverse: bool) -> list[Row | bytes]:
+        """The values :meth:`_merged` yields, as a list. For the row layout the
+        two sorted streams are merged in C: a dict of storage's items updated
+        by the MemTable's, sorted (two presorted runs: one merge pass)."""
+        if self._cells is not None or not self._mem:
+            return [v for _, v in self._merged(lower, upper, reverse)]
+        pending = self._mem.range(lower, upper, reverse)
+        if not pending:
+            return [v for _, v in self._storage(lower, upper, reverse)]
+        rows: dict[bytes, Row | bytes | None] = dict(self._storage(lower, upper, reverse))
+        rows.update(pending)
+        ordered = sorted(rows.items(), key=itemgetter(0), reverse=reverse)
+        return [v for _, v in ordered if v is not None]
 
     def _merged(
         self, lower: bytes, upper: bytes | None, reverse: bool
@@ -475,10 +498,7 @@ class StateTable:
         keys = self.keys.encode_batch(batch)
         values = self.rows.encode_batch(batch)
         if self._strict:
-            if len(set(keys)) != len(keys):
-                seen: set[bytes] = set()
-                dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-                raise self._inconsistent("inserted twice in one batch", dup)
+            self._reject_twice(keys, "inserted twice in one batch")
             for key, current in zip(keys, self._current_many(keys), strict=True):
                 if current is not None:
                     raise self._inconsistent("insert over an existing row; use update", key)
@@ -493,8 +513,7 @@ class StateTable:
         keys = self.keys.encode_batch(batch)
         values = self.rows.encode_batch(batch)
         if self._strict:
-            if len(set(keys)) != len(keys):
-                raise self._inconsistent("deleted twice in one batch", keys[0])
+            self._reject_twice(keys, "deleted twice in one batch")
             for key, old, current in zip(keys, values, self._current_many(keys), strict=True):
                 if current is None:
                     raise self._inconsistent("delete of a missing row", key)
@@ -508,6 +527,86 @@ class StateTable:
                 self._relaxed("delete of a row deleted in this epoch", key)
         self.metrics.deleted += len(keys)
         self._maybe_spill()
+
+    def update_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Replace the rows with the keys of ``batch``'s rows by them; in strict
+        mode each key must be stored, else nothing is written. Unchecked mode
+        reads nothing: the caller knows the rows exist."""
+        keys = self.keys.encode_batch(batch)
+        values = self.rows.encode_batch(batch)
+        if self._strict:
+            olds = [self._current_or_missing(k, c) for k, c in self._with_current(keys)]
+        else:
+            # Only a strict check compares old rows; the MemTable needs to
+            # know that the key existed, not what it held.
+            olds = [b""] * len(keys)
+        update = self._mem.update
+        for key, old, value in zip(keys, olds, values, strict=True):
+            if not update(key, old, value):
+                self._relaxed("update of a row deleted in this epoch", key)
+        self.metrics.updated += len(keys)
+        self._maybe_spill()
+
+    def delete_keys(self, pks: pa.RecordBatch | pa.Table) -> int:
+        """Delete the rows whose primary keys are the rows of ``pks`` (the key
+        columns, by name); the batch form of :meth:`delete_key`. Strict and
+        relaxed mode skip keys that are not stored (one multi-get); unchecked
+        mode reads nothing and deletes every key. Returns the rows deleted."""
+        keys = self.keys.encode_batch(pks)
+        if self.consistency is ConsistencyMode.UNCHECKED:
+            olds = [b""] * len(keys)
+        else:
+            found = [(k, c) for k, c in self._with_current(keys) if c is not None]
+            keys = [k for k, _ in found]
+            olds = [self._as_bytes(c) for _, c in found]
+        for key in self._mem.delete_many(keys, olds):
+            self._relaxed("delete of a row deleted in this epoch", key)
+        self.metrics.deleted += len(keys)
+        self._maybe_spill()
+        return len(keys)
+
+    def get_batch(self, pks: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, pa.BooleanArray]:
+        """The rows with the primary keys of ``pks`` (key columns by name):
+        the rows found, in order, as one Arrow batch, and for each key whether
+        it was found. One multi-get for the keys the MemTable does not answer."""
+        keys = self.keys.encode_batch(pks)
+        current = self._current_many(keys)
+        found = [c for c in current if c is not None]
+        mask = pa.array([c is not None for c in current], type=pa.bool_())
+        if all(isinstance(c, bytes) for c in found):
+            return self.rows.decode_batch(found), mask  # type: ignore[arg-type]
+        return self._rows_batch([self._as_row(c) for c in found]), mask
+
+    def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
+        """Whether a row is stored under each primary key of ``pks`` (key
+        columns by name): one multi-get for the keys the MemTable does not
+        answer, nothing decoded."""
+        return [c is not None for c in self._current_many(self.keys.encode_batch(pks))]
+
+    def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, Row | bytes | None]]:
+        self._reject_twice(keys, "named twice in one batch")
+        return zip(keys, self._current_many(keys), strict=True)
+
+    def _reject_twice(self, keys: Sequence[bytes], what: str) -> None:
+        if len(set(keys)) != len(keys):
+            seen: set[bytes] = set()
+            dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            raise self._inconsistent(what, dup)
+
+    def _current_or_missing(self, key: bytes, current: Row | bytes | None) -> bytes:
+        if current is None:
+            raise self._inconsistent("update of a missing row", key)
+        return self._as_bytes(current)
+
+    def _rows_batch(self, rows: Sequence[Row]) -> pa.RecordBatch:
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.schema.columns)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(list(c), type=f.type)
+                for c, f in zip(columns, self.schema.columns, strict=True)
+            ],
+            schema=self.schema.columns,
+        )
 
     def _current_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
         """:meth:`_current` of many keys: one multi-get for those the MemTable

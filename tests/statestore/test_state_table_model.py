@@ -36,7 +36,14 @@ OPS = st.one_of(
     st.tuples(st.just("delete_key"), ROWS),
     st.tuples(st.just("get"), ROWS),
     st.tuples(st.just("get_rows"), st.lists(ROWS, max_size=4)),
-    st.tuples(st.just("scan"), st.tuples(st.integers(0, 2), A, B, st.booleans(), st.booleans())),
+    st.tuples(
+        st.just("scan"),
+        st.tuples(st.integers(0, 2), A, B, st.booleans(), st.booleans(), st.booleans()),
+    ),
+    st.tuples(st.just("scan_ranges"), st.lists(st.tuples(A, B), max_size=3)),
+    st.tuples(st.just("get_batch"), st.lists(ROWS, max_size=4)),
+    st.tuples(st.just("delete_keys"), st.lists(ROWS, max_size=4, unique_by=lambda r: r[:2])),
+    st.tuples(st.just("update_batch"), st.lists(ROWS, max_size=4, unique_by=lambda r: r[:2])),
     st.tuples(st.just("clean"), A),
     st.tuples(st.just("clean_from"), st.tuples(A, A)),
     st.just(("commit", None)),
@@ -126,8 +133,41 @@ class TestStateTableModel:
                 assert table.get_row(_key(arg)) == cur.get(_key(arg))
             elif name == "get_rows":
                 assert table.get_rows([_key(r) for r in arg]) == [cur.get(_key(r)) for r in arg]
+            elif name == "scan_ranges":
+                # Each range: the rows of one value of a, from b on.
+                ranges = [((a,), (b,), None) for a, b in arg]
+                lowers = [keys.encode((a, b)) for a, b in arg]
+                expected = []
+                for (a, _), lower in zip(arg, lowers, strict=True):
+                    hits = [r for r in cur.values() if r[0] == a and keys.encode(_key(r)) >= lower]
+                    expected += ordered(hits)
+                assert _tuples(table.scan_ranges(ranges)) == expected
+            elif name == "get_batch":
+                found, mask = table.get_batch(_keys_batch(arg))
+                assert mask.to_pylist() == [_key(r) in cur for r in arg]
+                assert _tuples(found) == [cur[_key(r)] for r in arg if _key(r) in cur]
+                assert table.contains(_keys_batch(arg)) == mask.to_pylist()
+            elif name == "delete_keys":
+                present = [_key(r) for r in arg if _key(r) in cur]
+                deleted = table.delete_keys(_keys_batch(arg))
+                if consistency == "unchecked":
+                    assert deleted == len(arg)
+                    all_consistent = all_consistent and len(present) == len(arg)
+                else:
+                    assert deleted == len(present)
+                for k in present:
+                    del cur[k]
+            elif name == "update_batch":
+                ok = all(_key(r) in cur for r in arg)
+                all_consistent = all_consistent and ok
+                if strict and not ok:
+                    with pytest.raises(InconsistencyError):
+                        table.update_batch(pa.Table.from_pylist([_named(r) for r in arg], COLUMNS))
+                else:
+                    table.update_batch(pa.Table.from_pylist([_named(r) for r in arg], COLUMNS))
+                    cur.update((_key(r), r) for r in arg)
             elif name == "scan":
-                depth, a, b, reverse, ranged = arg
+                depth, a, b, reverse, ranged, as_batch = arg
                 prefix = (a, b)[:depth]
                 expected = [r for r in cur.values() if _key(r)[:depth] == prefix]
                 expected = ordered(expected)
@@ -138,7 +178,11 @@ class TestStateTableModel:
                     expected = [r for r in expected if keys.encode(_key(r)) >= lower]
                 if reverse:
                     expected.reverse()
-                assert list(table.scan(prefix, start=start, reverse=reverse)) == expected
+                if as_batch:
+                    found = _tuples(table.scan_batch(prefix, start=start, reverse=reverse))
+                else:
+                    found = list(table.scan(prefix, start=start, reverse=reverse))
+                assert found == expected
             elif name == "clean":
                 bound = keys.encode((arg,))
                 gone = [k for k in cur if keys.encode(k) < bound]
@@ -179,3 +223,19 @@ def _apply(table: StateTable, name: str, row: tuple[Any, ...], old: tuple[Any, .
     else:
         assert old is not None
         table.update(old, row)
+
+
+def _named(row: tuple[Any, ...]) -> dict[str, Any]:
+    return dict(zip(COLUMNS.names, row, strict=True))
+
+
+def _keys_batch(rows: list[tuple[Any, ...]]) -> pa.Table:
+    """The primary keys of ``rows`` as a table of the key columns."""
+    return pa.Table.from_pylist(
+        [{"a": r[0], "b": r[1]} for r in rows],
+        pa.schema([COLUMNS.field("a"), COLUMNS.field("b")]),
+    )
+
+
+def _tuples(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
+    return [tuple(r.values()) for r in batch.to_pylist()]
