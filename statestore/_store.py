@@ -21,6 +21,7 @@ import types
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -501,6 +502,10 @@ class StateStore:
             m = table.metrics
             updated += m.inserted + m.updated
             removed += m.deleted + m.removed_by_range
+        # In key order RocksDB takes a batch several times faster (its
+        # MemTable inserts find their place near the last one), and so does a
+        # replay of the changelog. Keys are distinct, tables' ids apart.
+        ops.sort(key=itemgetter(0))
         return ops, ranges, updated, removed
 
     def _manifest(

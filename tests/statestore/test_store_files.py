@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -54,9 +56,34 @@ class TestChangelogFormat:
             _changelog.decode(flipped)
 
     def test_header_names_format(self) -> None:
-        """The file starts with the magic and format version 1."""
+        """The file starts with the magic and format version 2."""
         raw = _changelog.encode(3, "ef" * 16, [(b"k", b"v")], [])
-        assert raw[:4] == b"RSCL" and raw[4:6] == b"\x00\x01"
+        assert raw[:4] == b"RSCL" and raw[4:6] == b"\x00\x02"
+
+    def test_format_1_files_still_decode(self) -> None:
+        """A file of format 1 (a record per operation), as relstate wrote
+        before format 2, decodes to its operations."""
+        body = (
+            struct.pack(">4sHHq16sII", b"RSCL", 1, 0, 7, bytes.fromhex("ef" * 16), 1, 2)
+            + struct.pack(">I", 1) + b"a" + struct.pack(">I", 1) + b"b"
+            + struct.pack(">BI", 0, 2) + b"k1" + struct.pack(">I", 3) + b"val"
+            + struct.pack(">BI", 1, 2) + b"k2"
+        )  # fmt: skip
+        raw = body + struct.pack(">I4s", zlib.crc32(body), b"LCSR")
+        log = _changelog.decode(raw)
+        assert (log.version, log.commit_id) == (7, "ef" * 16)
+        assert log.ops == [(b"k1", b"val"), (b"k2", None)]
+        assert log.range_deletes == [(b"a", b"b")]
+
+    def test_unknown_operation_kind_is_refused(self) -> None:
+        """A format 2 file whose kind column holds a value other than put or
+        delete does not decode, even with a matching CRC."""
+        raw = _changelog.encode(3, "ef" * 16, [(b"k", b"v")], [])
+        header = 4 + 2 + 2 + 8 + 16 + 4 + 4
+        body = raw[:header] + b"\x07" + raw[header + 1 : -8]
+        bad = body + struct.pack(">I4s", zlib.crc32(body), b"LCSR")
+        with pytest.raises(_changelog.ChangelogFormatError, match="unknown operation kind 7"):
+            _changelog.decode(bad)
 
 
 class TestManifestFormat:
