@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from encoding import EncodingError
 
-__all__ = ["ROW_KIND", "RowKind", "row_kinds"]
+__all__ = ["ROW_KIND", "RowKind", "kinds_in", "row_kinds"]
 
 #: The name of the row-kind column in operator inputs and outputs. An input
 #: without it is append-only: every row is an insert.
@@ -66,3 +67,12 @@ def row_kinds(batch: pa.RecordBatch | pa.Table) -> list[RowKind]:
             f"unknown row kind {bad!r} in column {ROW_KIND!r}: a changelog row is "
             "'+I', '-U', '+U' or '-D'"
         ) from None
+
+
+def kinds_in(batch: pa.RecordBatch | pa.Table) -> set[RowKind]:
+    """The row kinds that occur in ``batch`` (without making a Python object
+    per row); an unknown symbol or a null raises ``EncodingError``."""
+    index = batch.schema.get_field_index(ROW_KIND)
+    if index < 0:
+        return {RowKind.INSERT} if batch.num_rows else set()
+    return {RowKind.parse(s) for s in pc.unique(batch.column(index)).to_pylist()}

@@ -74,6 +74,16 @@ class OperatorContext(abc.ABC):
     def emit(self, row: Sequence[Any], kind: RowKind = RowKind.INSERT) -> None:
         """Output one row (in the operator's output schema) with a row kind."""
 
+    def emit_batch(
+        self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT
+    ) -> None:
+        """Output many rows at once, all of one row kind: one array per column
+        of the operator's output schema, in its order. The same as calling
+        :meth:`emit` for each row, without making Python objects of them."""
+        lists = [c.to_pylist() for c in columns]
+        for row in zip(*lists, strict=True):
+            self.emit(row, kind)
+
     @abc.abstractmethod
     def register_timer(self, timer: Timer) -> None:
         """Fire ``operator.on_timer`` once the timer's time is reached;

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import structlog
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["RelstateQuery", "Watermark", "run_operator"]
 
 _SIDE = "__side"
+#: The most rows of one side that a task joins into one batch for its operator.
+_CHUNK_ROWS = 65_536
 _META = "__meta"
 _SEQ = "__seq"
 _SPARK_METRICS = (
@@ -100,20 +103,36 @@ class _BatchRecord:
 
 
 def _side_batches(
-    batch: pa.RecordBatch, columns: list[list[str]]
+    batches: Iterator[pa.RecordBatch], columns: list[list[str]]
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Split a tagged batch into runs of one side, in order, each with that
-    side's own column names."""
-    sides = batch.column(_SIDE).to_pylist()
-    start = 0
-    for i in range(1, len(sides) + 1):
-        if i == len(sides) or sides[i] != sides[start]:
-            side = sides[start]
-            part = batch.slice(start, i - start)
-            names = columns[side]
-            arrays = [part.column(_tagged(side, n)) for n in names]
-            yield side, pa.RecordBatch.from_arrays(arrays, names=names)
-            start = i
+    """Split tagged batches into runs of one side, in order, each with that
+    side's own column names. Consecutive runs of one side are joined, up to
+    :data:`_CHUNK_ROWS` rows, so that an operator sees few large batches
+    rather than the many small ones Arrow hands a task."""
+    side, rows = -1, 0
+    pending: list[pa.RecordBatch] = []
+    for batch in batches:
+        sides = np.asarray(batch.column(_SIDE))
+        starts = [0, *(np.flatnonzero(sides[1:] != sides[:-1]) + 1).tolist()]
+        for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
+            run_side = int(sides[start])
+            if pending and (run_side != side or rows >= _CHUNK_ROWS):
+                yield side, _untagged(side, pending, columns[side])
+                pending, rows = [], 0
+            side = run_side
+            pending.append(batch.slice(start, end - start))
+            rows += end - start
+    if pending:
+        yield side, _untagged(side, pending, columns[side])
+
+
+def _untagged(side: int, parts: list[pa.RecordBatch], names: list[str]) -> pa.RecordBatch:
+    """One batch of a side's rows, its columns under the side's own names."""
+    table = pa.Table.from_batches(parts).combine_chunks() if len(parts) > 1 else parts[0]
+    arrays = [table.column(_tagged(side, n)) for n in names]
+    return pa.RecordBatch.from_arrays(
+        [a.chunk(0) if isinstance(a, pa.ChunkedArray) else a for a in arrays], names=names
+    )
 
 
 def _in_sequence(sequence: str) -> list[Column]:
@@ -207,15 +226,14 @@ def _outputs(
 ) -> Iterator[pa.RecordBatch]:
     """Run the operator over a task's input batches; its output batches (some
     empty). Notes each watermarked side's latest event time in ``max_time``."""
-    for batch in batches:
-        for side, part in _side_batches(batch, plan.side_columns):
-            mark = plan.watermarks.get(side)
-            if mark is not None and part.num_rows:
-                latest = _max_millis(part.column(mark.column))
-                if latest is not None:
-                    max_time[side] = max(max_time.get(side, latest), latest)
-            run.process(side, part)
-            yield run.drain()
+    for side, part in _side_batches(batches, plan.side_columns):
+        mark = plan.watermarks.get(side)
+        if mark is not None and part.num_rows:
+            latest = _max_millis(part.column(mark.column))
+            if latest is not None:
+                max_time[side] = max(max_time.get(side, latest), latest)
+        run.process(side, part)
+        yield run.drain()
     run.fire_timers()
     run.advance_watermark()
     yield run.finish()

@@ -118,6 +118,8 @@ class BatchRun(OperatorContext):
         )
         self._kinds: list[str] = []
         self._rows: list[Sequence[Any]] = []
+        #: Output already in Arrow form, in emit order, before ``_rows``.
+        self._batches: list[pa.RecordBatch] = []
         self._update_ns = 0
         self._removal_ns = 0
         self._opened = False
@@ -140,6 +142,27 @@ class BatchRun(OperatorContext):
     def emit(self, row: Sequence[Any], kind: RowKind = RowKind.INSERT) -> None:
         self._rows.append(row)
         self._kinds.append(kind.value)
+
+    def emit_batch(
+        self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT
+    ) -> None:
+        output = self.operator.output
+        if len(columns) != len(output):
+            raise InputError(
+                f"operator {self.operator.name!r} emitted {len(columns)} columns, its output "
+                f"schema has {len(output)}"
+            )
+        n = len(columns[0]) if columns else 0
+        if not n:
+            return
+        if self._rows:
+            # Rows emitted one at a time before these come out before them.
+            self._batches.append(self._row_batch())
+        arrays = [_cast_to(c, f) for c, f in zip(columns, output, strict=True)]
+        arrays.append(pa.array([kind.value] * n, type=pa.string()))
+        self._batches.append(
+            pa.RecordBatch.from_arrays(arrays, schema=output_schema(self.operator))
+        )
 
     def register_timer(self, timer: Timer) -> None:
         self._timers.upsert((_DOMAIN[timer.domain], timer.time, timer.key))
@@ -220,11 +243,18 @@ class BatchRun(OperatorContext):
     def drain(self) -> pa.RecordBatch:
         """The rows emitted since the last drain, as one Arrow batch of the
         output schema plus the row-kind column."""
+        batches = [*self._batches, self._row_batch()]
+        self._batches = []
+        out = batches[0] if len(batches) == 1 else _concat(batches)
+        # Counted here, not in finish: the harness drains after every call.
+        self.metrics["numOutputRows"] = self.metrics.get("numOutputRows", 0) + out.num_rows
+        return out
+
+    def _row_batch(self) -> pa.RecordBatch:
+        """The rows emitted one at a time since the last call, as a batch."""
         schema = output_schema(self.operator)
         rows, kinds = self._rows, self._kinds
         self._rows, self._kinds = [], []
-        # Counted here, not in finish: the harness drains after every call.
-        self.metrics["numOutputRows"] = self.metrics.get("numOutputRows", 0) + len(rows)
         width = len(self.operator.output)
         for row in rows:
             if len(row) != width:
@@ -239,6 +269,27 @@ class BatchRun(OperatorContext):
         ]
         arrays.append(pa.array(kinds, type=pa.string()))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _cast_to(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> pa.Array:
+    """``column`` as one array of ``field``'s type."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.type != field.type:
+        try:
+            column = column.cast(field.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InputError(
+                f"emitted column {field.name!r} of type {column.type} does not fit the output "
+                f"type {field.type}: {exc}"
+            ) from exc
+    return column
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of several with one schema."""
+    table = pa.Table.from_batches(batches).combine_chunks()
+    return table.to_batches()[0] if table.num_rows else batches[0]
 
 
 def output_schema(operator: Operator) -> pa.Schema:

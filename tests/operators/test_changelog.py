@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from encoding import EncodingError
-from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._changelog import ROW_KIND, RowKind, kinds_in, row_kinds
 
 
 class TestRowKind:
@@ -76,3 +76,20 @@ class TestRowKinds:
             EncodingError, match=rf"unknown row kind {re.escape(shown)} in column 'row_kind'"
         ):
             row_kinds(batch)
+
+
+class TestKindsIn:
+    def test_the_distinct_kinds_of_a_batch(self) -> None:
+        """kinds_in gives the set of kinds that occur; no column means inserts
+        (none for an empty batch)."""
+        batch = pa.record_batch({ROW_KIND: ["+I", "-D", "+I"], "key": ["a", "b", "c"]})
+        assert kinds_in(batch) == {RowKind.INSERT, RowKind.DELETE}
+        assert kinds_in(pa.record_batch({"key": ["a"]})) == {RowKind.INSERT}
+        assert kinds_in(pa.record_batch({"key": pa.array([], pa.string())})) == set()
+
+    def test_bad_symbol_raises(self) -> None:
+        """An unknown symbol or a null raises EncodingError, as for row_kinds."""
+        for bad in ("+X", None):
+            batch = pa.record_batch({ROW_KIND: pa.array(["+I", bad], pa.string())})
+            with pytest.raises(EncodingError, match="unknown row kind"):
+                kinds_in(batch)

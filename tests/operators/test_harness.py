@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
 import pytest
 
 from encoding import TableSchema
@@ -449,6 +450,67 @@ class TestOperatorHarness:
         batch = pa.record_batch({"key": ["x"], "value": pa.array([1], pa.int64())})
         with pytest.raises(InputError, match="has 1 input"):
             harness.process_batch(batch, side=1)
+
+
+class BatchEmitter(Probe):
+    """Probe that echoes each input batch twice around one plain row: once
+    with ``emit_batch`` as inserts, a marker row with ``emit``, then the
+    values doubled with ``emit_batch`` as ``-U`` rows."""
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        keys, values = batch.column("key"), batch.column("value")
+        ctx.emit_batch([keys, values])
+        ctx.emit(("marker", batch.num_rows))
+        ctx.emit_batch([keys, pa.compute.multiply(values, 2)], UB)
+
+
+class TestEmitBatch:
+    def test_batches_and_rows_keep_their_order_and_kinds(
+        self, make_harness: Callable[..., OperatorHarness]
+    ) -> None:
+        """Rows emitted as a batch and one at a time come out in emit order,
+        each batch with its own kind, and count as output rows."""
+        h = make_harness(BatchEmitter())
+        out = h.process_rows([("a", 1), ("b", 2)])
+        assert out == [
+            (INS, ("a", 1)),
+            (INS, ("b", 2)),
+            (INS, ("marker", 2)),
+            (UB, ("a", 2)),
+            (UB, ("b", 4)),
+        ]
+        h.commit()
+        assert h.last_metrics["numOutputRows"] == 5
+
+    def test_columns_are_cast_to_the_output_types(
+        self, make_harness: Callable[..., OperatorHarness]
+    ) -> None:
+        """A column of another type that fits is cast to the output schema's."""
+
+        class Narrow(BatchEmitter):
+            def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+                ctx.emit_batch([batch.column("key"), batch.column("value").cast(pa.int32())])
+
+        assert make_harness(Narrow()).process_rows([("a", 7)]) == [(INS, ("a", 7))]
+
+    def test_wrong_width_or_type_is_refused(
+        self, make_harness: Callable[..., OperatorHarness]
+    ) -> None:
+        """A batch with too few columns, or a column that cannot be cast, is an
+        InputError naming the problem."""
+
+        class Short(BatchEmitter):
+            def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+                ctx.emit_batch([batch.column("key")])
+
+        class Wrong(BatchEmitter):
+            def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+                ctx.emit_batch([batch.column("key"), batch.column("key")])
+
+        with pytest.raises(InputError, match="emitted 1 columns"):
+            make_harness(Short()).process_rows([("a", 1)])
+        with pytest.raises(InputError, match="'value' of type string"):
+            make_harness(Wrong()).process_rows([("a", 1)])
 
 
 class TestTimerLoops:

@@ -1,0 +1,57 @@
+"""How a runner task hands its input to the operator: runs of one side, in
+order, joined into large batches (no Spark needed)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from operators import _runner
+from operators._runner import _side_batches
+
+COLUMNS = [["k", "row_kind"], ["k", "row_kind"]]
+
+
+def tagged(sides: list[int], start: int = 0) -> pa.RecordBatch:
+    """A batch as a task receives it: both sides' columns, tagged."""
+    n = len(sides)
+    keys = list(range(start, start + n))
+    return pa.record_batch(
+        {
+            "s0__k": pa.array(
+                [k if s == 0 else None for k, s in zip(keys, sides, strict=True)], pa.int64()
+            ),
+            "s1__k": pa.array(
+                [k if s == 1 else None for k, s in zip(keys, sides, strict=True)], pa.int64()
+            ),
+            "row_kind": ["+I"] * n,
+            "__side": pa.array(sides, pa.int32()),
+        }
+    )
+
+
+class TestSideBatches:
+    def test_runs_keep_order_and_join_across_batches(self) -> None:
+        """Runs of one side come out in order, with the side's column names;
+        a run that goes on in the next input batch is joined with it."""
+        batches = [tagged([0, 0, 1], 0), tagged([1, 1, 0], 3), tagged([0], 6)]
+        out = [
+            (side, b.column("k").to_pylist()) for side, b in _side_batches(iter(batches), COLUMNS)
+        ]
+        assert out == [(0, [0, 1]), (1, [2, 3, 4]), (0, [5, 6])]
+        assert all(
+            b.schema.names == ["k", "row_kind"] for _, b in _side_batches(iter(batches), COLUMNS)
+        )
+
+    def test_a_long_run_is_cut_at_the_chunk_size(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A run longer than the chunk size comes out in chunks of at least
+        that size, none lost."""
+        monkeypatch.setattr(_runner, "_CHUNK_ROWS", 4)
+        batches = [tagged([0] * 3, 3 * i) for i in range(5)]
+        out = [b.column("k").to_pylist() for _, b in _side_batches(iter(batches), COLUMNS)]
+        assert [len(c) for c in out] == [6, 6, 3]
+        assert [k for chunk in out for k in chunk] == list(range(15))
+
+    def test_no_input_gives_nothing(self) -> None:
+        """A task without input rows hands the operator no batch."""
+        assert list(_side_batches(iter([]), COLUMNS)) == []
