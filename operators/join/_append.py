@@ -16,15 +16,16 @@ does (docs/operators/join.md, "Append mode"):
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators._changelog import RowKind, row_kinds
+from operators._changelog import RowKind, kinds_in
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
@@ -37,8 +38,9 @@ __all__ = ["AppendJoin", "JoinCondition"]
 #: An extra join condition over a (left row, right row) pair of input tuples.
 JoinCondition = Callable[[tuple[Any, ...], tuple[Any, ...]], bool]
 
-#: A seek into the state costs about as much as reading this many rows in order.
-_SEEK_ROWS = 10
+#: A bounded scan of one join key costs about as much as reading this many
+#: rows of a scan over the whole table.
+_SEEK_ROWS = 20
 
 
 class AppendJoin(Operator):
@@ -76,7 +78,7 @@ class AppendJoin(Operator):
         self.outer_sides: tuple[int, ...] = tuple(s for s in (0, 1) if spec.is_outer(s))
         self.time = time
         self.condition = condition
-        self.inputs = [left, right]
+        self.inputs: list[pa.Schema] = [left, right]
         keys = spec.keys
         times = (left_time, right_time)
         for side, (schema, column) in enumerate(zip(self.inputs, times, strict=True)):
@@ -100,9 +102,9 @@ class AppendJoin(Operator):
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Drop late rows, join the rest with the other side's state, store
-        them (step 1 and 2 of the module docstring)."""
+        them (step 1 and 2 of the module docstring), a batch at a time."""
         name = SIDE_NAMES[side]
-        retractions = sorted({k.value for k in row_kinds(batch)} - {RowKind.INSERT.value})
+        retractions = sorted(k.value for k in kinds_in(batch) - {RowKind.INSERT})
         if retractions:
             raise InputError(
                 f"operator {self.name!r} joins append-only inputs (row kind '+I'); the "
@@ -111,108 +113,151 @@ class AppendJoin(Operator):
         times = event_time_micros(batch.column(self.time_columns[side]), self.time_columns[side])
         late = ctx.previous_watermark
         if late is not None:
-            cut = late * 1000
-            lateness = self.time.lateness_time
-            kept = [i for i, t in enumerate(times) if lateness(t) > cut]
-            if len(kept) < len(times):
-                ctx.count(f"{name}LateRowsDropped", len(times) - len(kept))
-                batch = batch.take(pa.array(kept, type=pa.int64()))
-                times = [times[i] for i in kept]
+            kept = self.time.lateness_time(times) > late * 1000
+            dropped = len(kept) - int(np.count_nonzero(kept))
+            if dropped:
+                ctx.count(f"{name}LateRowsDropped", dropped)
+                batch = batch.filter(pa.array(kept))
+                times = times[kept]
         if batch.num_rows:
             self._join_and_store(ctx, side, batch, times)
 
     def _join_and_store(
-        self, ctx: OperatorContext, side: int, batch: pa.RecordBatch, times: list[int]
+        self, ctx: OperatorContext, side: int, batch: pa.RecordBatch, times: npt.NDArray[np.int64]
     ) -> None:
         mine, other = self.sides[side], self.sides[1 - side]
         other_rows = ctx.table(other.rows.name)
-        flag_other = (1 - side) in self.outer_sides
         names = self.inputs[side].names
-        keys = [batch.column(names[p]).to_pylist() for p in mine.key_positions]
-        # The batch's rows per join key: one scan of the other side per key.
-        by_key: dict[tuple[Any, ...], list[int]] = {}
-        for i, key in enumerate(zip(*keys, strict=True)):
-            by_key.setdefault(key, []).append(i)
-        bounds, condition, emit = self.time.other_bounds, self.condition, ctx.emit
-        null_keys: list[int] = []
-        wanted: dict[tuple[Any, ...], tuple[list[int], list[tuple[int, int]]]] = {}
-        for key, members in by_key.items():
-            if any(k is None for k in key):
-                null_keys += members  # a null key meets nothing (SQL)
-            else:
-                wanted[key] = (members, [bounds(side, times[i]) for i in members])
-        found_by_key = self._candidates(other_rows, other, wanted)
-        lookups = [(*wanted[key], c) for key, c in found_by_key.items() if c]
-        # Python tuples only of the rows that may match (timestamps are dear).
-        needed = sorted(i for members, _, _ in lookups for i in members)
-        taken = batch.take(pa.array(needed, type=pa.int64()))
-        columns = [taken.column(n).to_pylist() for n in names]
-        rows = dict(zip(needed, zip(*columns, strict=True), strict=True))
-        found = [False] * batch.num_rows
-        matched_pairs = flagged = 0
-        for members, spans, candidates in lookups:
-            stamps = [c[0] for c in candidates]
-            hits: set[int] = set()
-            for i, (start, end) in zip(members, spans, strict=True):
-                row = rows[i]
-                for j in range(bisect.bisect_left(stamps, start), bisect.bisect_right(stamps, end)):
-                    theirs = SideState.input_of(candidates[j])
-                    pair = (row, theirs) if side == 0 else (theirs, row)
-                    if condition is not None and not condition(*pair):
-                        continue
-                    emit(pair[0] + pair[1])
-                    found[i] = True
-                    matched_pairs += 1
-                    if flag_other and not SideState.matched(candidates[j]):
-                        hits.add(j)
-            for j in hits:
-                other_rows.update(candidates[j], SideState.with_matched(candidates[j]))
-                flagged += 1
-        if null_keys and side not in self.outer_sides:
+        keys = [batch.column(names[p]) for p in mine.key_positions]
+        null_key = _any_null(keys)
+        lo, hi = self.time.other_bounds(side, times)
+        probe = pa.table(
+            {
+                **{_key(i): k for i, k in enumerate(keys)},
+                _ROW: np.arange(batch.num_rows),
+                _LO: lo,
+                _HI: hi,
+            }
+        )
+        if null_key is not None:
+            probe = probe.filter(pc.invert(null_key))  # a null key meets nothing (SQL)
+        candidates = self._candidates(other_rows, other, probe)
+        mine_at, theirs_at = self._pairs(side, batch, probe, candidates, other)
+        if len(mine_at):
+            here = batch.take(mine_at)
+            there = candidates.take(theirs_at)
+            pair: tuple[pa.RecordBatch, pa.RecordBatch] = (
+                (here, there) if side == 0 else (there, here)
+            )
+            ctx.emit_batch(
+                [
+                    *(pair[0].column(n) for n in self.inputs[0].names),
+                    *(pair[1].column(n) for n in self.inputs[1].names),
+                ]
+            )
+        found = np.zeros(batch.num_rows, dtype=bool)
+        found[mine_at] = True
+        flagged = 0
+        if (1 - side) in self.outer_sides and len(theirs_at):
+            flagged = self._flag_matched(other_rows, candidates, theirs_at)
+        if null_key is not None and side not in self.outer_sides:
             # Only an outer side keeps a null-key row: to pad it at eviction.
-            dropped = set(null_keys)
-            keep = [i for i in range(batch.num_rows) if i not in dropped]
-            batch = batch.take(pa.array(keep, type=pa.int64()))
-            times, found = [times[i] for i in keep], [found[i] for i in keep]
+            keep = pc.invert(null_key)
+            batch, times, found = (
+                batch.filter(keep),
+                times[np.asarray(keep)],
+                found[np.asarray(keep)],
+            )
         self._store(ctx, side, batch, times, found)
-        ctx.count("matchedRows", matched_pairs)
+        ctx.count("matchedRows", len(mine_at))
         ctx.count(f"{SIDE_NAMES[1 - side]}RowsUpdated", flagged)
 
-    @staticmethod
-    def _candidates(
-        table: StateTable,
-        state: SideState,
-        wanted: dict[tuple[Any, ...], tuple[list[int], list[tuple[int, int]]]],
-    ) -> dict[tuple[Any, ...], list[tuple[Any, ...]]]:
-        """The stored rows of ``table`` in reach of each wanted key's rows,
-        in time order: one bounded prefix scan per key, or, when the keys are
-        many for the table's size, one pass over the whole table (a seek
-        costs about as much as reading ten rows in order)."""
-        reach = {
-            key: (min(s[0] for s in spans), max(s[1] for s in spans))
-            for key, (_, spans) in wanted.items()
-        }
-        if len(reach) * _SEEK_ROWS < table.row_count:
-            return {
-                key: list(table.scan(key, start=(lo,), end=(hi + 1,)))
-                for key, (lo, hi) in reach.items()
+    def _pairs(
+        self,
+        side: int,
+        batch: pa.RecordBatch,
+        probe: pa.Table,
+        candidates: pa.RecordBatch,
+        other: SideState,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The matching (batch row, candidate row) positions, ordered by batch
+        row then by the candidate's key order (its time): a hash join on the
+        key, the time range, then the extra condition."""
+        stored = pa.table(
+            {
+                **{_key(i): candidates.column(p + 2) for i, p in enumerate(other.key_positions)},
+                _CANDIDATE: np.arange(candidates.num_rows),
+                _STORED_TIME: candidates.column(0),
             }
-        out: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {key: [] for key in reach}
-        positions = [2 + p for p in state.key_positions]
-        for row in table.scan():
-            key = tuple(row[p] for p in positions)
-            bound = reach.get(key)
-            if bound is not None and bound[0] <= row[0] <= bound[1]:
-                out[key].append(row)
-        return out
+        )
+        if not probe.num_rows or not stored.num_rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        joined = probe.join(
+            stored, [_key(i) for i in range(len(other.key_positions))], join_type="inner"
+        )
+        at = pc.field(_STORED_TIME)
+        joined = joined.filter((at >= pc.field(_LO)) & (at <= pc.field(_HI)))
+        joined = joined.sort_by([(_ROW, "ascending"), (_CANDIDATE, "ascending")])
+        mine_at = np.asarray(joined.column(_ROW), dtype=np.int64)
+        theirs_at = np.asarray(joined.column(_CANDIDATE), dtype=np.int64)
+        if self.condition is None or not len(mine_at):
+            return mine_at, theirs_at
+        rows = _tuples(batch.take(mine_at), self.inputs[side].names)
+        others = _tuples(candidates.take(theirs_at), self.inputs[1 - side].names)
+        condition = self.condition
+        if side == 0:
+            keep = [condition(r, o) for r, o in zip(rows, others, strict=True)]
+        else:
+            keep = [condition(o, r) for r, o in zip(rows, others, strict=True)]
+        mask = np.array(keep, dtype=bool)
+        return mine_at[mask], theirs_at[mask]
+
+    @staticmethod
+    def _candidates(table: StateTable, state: SideState, probe: pa.Table) -> pa.RecordBatch:
+        """The stored rows of ``table`` that the probe's rows may meet: one
+        bounded prefix scan per join key (over the time range its rows
+        reach), or, when the keys are many for the table's size, the whole
+        table in one scan (a seek costs about as much as reading ten rows in
+        order)."""
+        names = [_key(i) for i in range(len(state.key_positions))]
+        reach = probe.group_by(names).aggregate([(_LO, "min"), (_HI, "max")])
+        if reach.num_rows * _SEEK_ROWS >= table.row_count:
+            return table.scan_batch()
+        los = reach.column(f"{_LO}_min").to_pylist()
+        his = reach.column(f"{_HI}_max").to_pylist()
+        keys = zip(*(reach.column(n).to_pylist() for n in names), strict=True)
+        return table.scan_ranges(
+            (key, (lo,), (hi + 1,)) for key, lo, hi in zip(keys, los, his, strict=True)
+        )
+
+    @staticmethod
+    def _flag_matched(
+        table: StateTable, candidates: pa.RecordBatch, met: npt.NDArray[np.int64]
+    ) -> int:
+        """Set the matched flag of the stored rows at ``met`` that lack it;
+        returns how many changed."""
+        met = np.unique(met)
+        flags = np.asarray(candidates.column(candidates.num_columns - 1).take(met), dtype=bool)
+        first = met[~flags]
+        if not len(first):
+            return 0
+        rows = candidates.take(first)
+        rows = rows.set_column(
+            rows.num_columns - 1,
+            rows.schema.field(rows.num_columns - 1),
+            pa.array(np.ones(len(first), dtype=bool)),
+        )
+        table.update_batch(rows)
+        return len(first)
 
     def _store(
         self,
         ctx: OperatorContext,
         side: int,
         batch: pa.RecordBatch,
-        times: list[int],
-        found: list[bool],
+        times: npt.NDArray[np.int64],
+        found: npt.NDArray[np.bool_],
     ) -> None:
         """Insert the rows of ``batch`` into the side's tables, two batch
         inserts (no reads: every seq is new)."""
@@ -222,9 +267,8 @@ class AppendJoin(Operator):
         state = self.sides[side]
         first = self._next_seq.get(id(ctx), ctx.batch_id << 32)
         self._next_seq[id(ctx)] = first + n
-        bucket = self.time.bucket
-        stamps = pa.array([bucket(t) for t in times], type=pa.int64())
-        seqs = pa.array(range(first, first + n), type=pa.int64())
+        stamps = pa.array(self.time.bucket(times), type=pa.int64())
+        seqs = pa.array(np.arange(first, first + n, dtype=np.int64))
         inputs = [batch.column(f.name) for f in self.inputs[side]]
         rows = pa.RecordBatch.from_arrays(
             [stamps, seqs, *inputs, pa.array(found, type=pa.bool_())],
@@ -234,7 +278,7 @@ class AppendJoin(Operator):
         index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
         ctx.table(state.rows.name).insert_batch(rows)
         ctx.table(state.index.name).insert_batch(index)
-        lowest = pc.min(stamps).as_py()
+        lowest = int(np.min(self.time.bucket(times)))
         floor = self._floor(ctx, side)
         if floor is None or lowest < floor:
             ctx.table(FLOORS.name).upsert((side, lowest))
@@ -265,43 +309,71 @@ class AppendJoin(Operator):
         floor = self._floor(ctx, side)
         if floor is None or floor > cut:
             return
-        entries = list(index.scan(start=(floor,), end=(cut + 1,)))
+        # The index entries are the rows' primary keys, column for column.
+        entries = index.scan_batch(start=(floor,), end=(cut + 1,))
         # Nothing at or below the cut is left: the floor moves above it.
         ctx.table(FLOORS.name).upsert((side, cut + 1))
-        if not entries:
+        if not entries.num_rows:
             return
         table = ctx.table(state.rows.name)
-        pks = [state.pk_of_index(e) for e in entries]
-        found = table.get_rows(pks)
-        stored = [row for row in found if row is not None]
-        if len(stored) < len(found):
-            missing = next(pk for pk, row in zip(pks, found, strict=True) if row is None)
+        padded = 0
+        if side in self.outer_sides:
+            padded = self._pad_unmatched(ctx, side, table, entries)
+        # An inner side's rows are deleted without reading them: the index
+        # and the rows are written in one commit, so the index is trusted.
+        table.delete_keys(entries)
+        index.clean_below(cut + 1, start=floor)
+        name = SIDE_NAMES[side]
+        ctx.count(f"{name}RowsEvicted", entries.num_rows)
+        ctx.count(f"{name}RowsRemoved", entries.num_rows)
+        ctx.count("nullPaddedRows", padded)
+
+    def _pad_unmatched(
+        self, ctx: OperatorContext, side: int, table: StateTable, entries: pa.RecordBatch
+    ) -> int:
+        """Emit the evicted rows of outer ``side`` that never matched, padded
+        with nulls; returns how many."""
+        stored, found = table.get_batch(entries)
+        if stored.num_rows < entries.num_rows:
+            at = pc.index(found, False).as_py()
+            missing = tuple(entries.slice(at, 1).to_pylist()[0].values())
             raise InconsistencyError(
                 f"operator {self.name!r}: the {SIDE_NAMES[side]} index names row {missing!r}, "
                 "which is not stored; the state is corrupt, restore an earlier checkpoint",
-                state.rows.name,
+                self.sides[side].rows.name,
                 missing,
             )
-        columns = list(zip(*stored, strict=True))
-        table.delete_batch(
-            pa.RecordBatch.from_arrays(
-                [
-                    pa.array(c, type=f.type)
-                    for c, f in zip(columns, state.rows.columns, strict=True)
-                ],
-                schema=state.rows.columns,
-            )
-        )
-        padded = 0
-        if side in self.outer_sides:
-            padding = (None,) * self.sides[1 - side].width
-            for row in stored:
-                if not SideState.matched(row):
-                    theirs = SideState.input_of(row)
-                    ctx.emit(theirs + padding if side == 0 else padding + theirs)
-                    padded += 1
-        index.clean_below(cut + 1, start=floor)
-        name = SIDE_NAMES[side]
-        ctx.count(f"{name}RowsEvicted", len(stored))
-        ctx.count(f"{name}RowsRemoved", len(stored))
-        ctx.count("nullPaddedRows", padded)
+        unmatched = stored.filter(pc.invert(stored.column(stored.num_columns - 1)))
+        if not unmatched.num_rows:
+            return 0
+        n = int(unmatched.num_rows)
+        mine = [unmatched.column(f.name) for f in self.inputs[side]]
+        padding = [pa.nulls(n, type=f.type) for f in self.inputs[1 - side]]
+        ctx.emit_batch([*mine, *padding] if side == 0 else [*padding, *mine])
+        return n
+
+
+#: Column names of the hash join between a batch and the stored rows.
+_ROW, _LO, _HI = "__row", "__lo", "__hi"
+_CANDIDATE, _STORED_TIME = "__candidate", "__stored_time"
+
+
+def _key(i: int) -> str:
+    """The name of join key column ``i`` on both sides of the hash join."""
+    return f"__key{i}"
+
+
+def _any_null(columns: Sequence[pa.Array]) -> pa.BooleanArray | None:
+    """Which rows have a null in any of ``columns`` (``None``: no row has)."""
+    masks = [c.is_null() for c in columns if c.null_count]
+    if not masks:
+        return None
+    out = masks[0]
+    for m in masks[1:]:
+        out = pc.or_(out, m)
+    return out
+
+
+def _tuples(batch: pa.RecordBatch, names: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The named columns of ``batch`` as row tuples (for the extra condition)."""
+    return list(zip(*(batch.column(n).to_pylist() for n in names), strict=True))

@@ -2,13 +2,17 @@
 forget: Spark's state watermark per side (docs/operators/join.md, "Append mode").
 
 Times inside the join are microseconds since the epoch, as Spark keeps them;
-watermarks are milliseconds, as the runner gives them.
+watermarks are milliseconds, as the runner gives them. The time functions
+take one time or a numpy array of them, so that a batch is worked at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,6 +21,9 @@ from operators.errors import InputError
 __all__ = ["TimeRange", "TimeWindows", "event_time_micros"]
 
 _MS = 1000
+
+#: Microseconds: one time, or an array of them.
+Micros = TypeVar("Micros", int, npt.NDArray[np.int64])
 
 
 @dataclass(frozen=True)
@@ -37,16 +44,16 @@ class TimeRange:
                 "is empty: before_ms + after_ms must be >= 0"
             )
 
-    def bucket(self, t: int) -> int:
+    def bucket(self, t: Micros) -> Micros:
         """The time a row is stored and matched under: its own event time."""
         return t
 
-    def lateness_time(self, t: int) -> int:
+    def lateness_time(self, t: Micros) -> Micros:
         """The time (µs) the watermark judges a row of event time ``t`` by:
         the row is late when it is at or below the watermark."""
         return t
 
-    def other_bounds(self, side: int, t: int) -> tuple[int, int]:
+    def other_bounds(self, side: int, t: Micros) -> tuple[Micros, Micros]:
         """The stored times (inclusive) of the other side that a row of
         ``side`` with event time ``t`` matches."""
         before, after = self.before_ms * _MS, self.after_ms * _MS
@@ -76,17 +83,17 @@ class TimeWindows:
         if self.size_ms <= 0:
             raise InputError(f"a window size is a number of milliseconds > 0, got {self.size_ms}")
 
-    def bucket(self, t: int) -> int:
+    def bucket(self, t: Micros) -> Micros:
         """The start (µs) of the window holding ``t``."""
         return t - t % (self.size_ms * _MS)
 
-    def lateness_time(self, t: int) -> int:
+    def lateness_time(self, t: Micros) -> Micros:
         """The end (µs) of the window holding ``t``: in Spark a stream has one
         event-time column, and in a window join it is the window, so a row is
         late only once its whole window is at or below the watermark."""
         return self.bucket(t) + self.size_ms * _MS
 
-    def other_bounds(self, side: int, t: int) -> tuple[int, int]:
+    def other_bounds(self, side: int, t: Micros) -> tuple[Micros, Micros]:
         """Rows of the other side in the same window."""
         start = self.bucket(t)
         return start, start
@@ -98,7 +105,7 @@ class TimeWindows:
         return (watermark - self.size_ms) * _MS
 
 
-def event_time_micros(column: pa.Array | pa.ChunkedArray, name: str) -> list[int]:
+def event_time_micros(column: pa.Array | pa.ChunkedArray, name: str) -> npt.NDArray[np.int64]:
     """The event times of a timestamp column (any unit) or an int64 column of
     milliseconds, as microseconds. Nulls raise :class:`InputError`."""
     if column.null_count:
@@ -108,9 +115,9 @@ def event_time_micros(column: pa.Array | pa.ChunkedArray, name: str) -> list[int
         )
     if pa.types.is_timestamp(column.type):
         micros = pc.cast(column, pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
-        return micros.to_pylist()  # type: ignore[no-any-return]
+        return np.asarray(micros, dtype=np.int64)
     if pa.types.is_integer(column.type):
-        return pc.multiply(column.cast(pa.int64()), _MS).to_pylist()  # type: ignore[no-any-return]
+        return np.asarray(column.cast(pa.int64()), dtype=np.int64) * _MS
     raise InputError(
         f"event-time column {name!r} has type {column.type}; use a timestamp or an "
         "integer of milliseconds since the epoch"
