@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -66,7 +68,7 @@ def rows_of(columns: list[list[Any]], n: int) -> list[Row]:
     return list(zip(*columns, strict=True)) if columns else [()] * n
 
 
-def event_micros(batch: pa.RecordBatch, column: str, operator: str) -> list[int]:
+def event_micros(batch: pa.RecordBatch, column: str, operator: str) -> npt.NDArray[np.int64]:
     """The event-time column as microseconds since the epoch (Spark's unit).
 
     Nulls are refused: a row without an event time can be neither late nor
@@ -83,14 +85,11 @@ def event_micros(batch: pa.RecordBatch, column: str, operator: str) -> list[int]
             f"operator {operator!r}: event-time column {column!r} has type {kind}; "
             "expected a timestamp"
         )
-    values = pc.cast(array, pa.int64())
+    values = np.asarray(pc.cast(array, pa.int64()), dtype=np.int64)
     if kind.unit == "ns":
         # Spark's timestamps are microseconds; nanoseconds lose their last digits.
-        return [v // 1000 for v in values.to_pylist()]
-    scale = _MICROS_PER_UNIT[kind.unit]
-    if scale != 1:
-        values = pc.multiply(values, scale)
-    return values.to_pylist()  # type: ignore[no-any-return]
+        return values // 1000
+    return values * _MICROS_PER_UNIT[kind.unit]
 
 
 def expiry_schema(table_id: int, key_fields: Sequence[pa.Field], name: str) -> TableSchema:
@@ -121,10 +120,10 @@ class ExpiryIndex:
     def expire(self, until: int, table: StateTable) -> int:
         """Delete from ``table`` every key whose time is ``<= until``, and their
         entries; returns how many keys were deleted."""
-        expired = [entry[1:] for entry in self.index.scan(end=(until + 1,))]
-        if not expired:
+        # The entries carry the table's key columns under their names.
+        expired = self.index.scan_batch(end=(until + 1,))
+        if not expired.num_rows:
             return 0
-        for key in expired:
-            table.delete_key(key)
+        table.delete_keys(expired)
         self.index.clean_below(until + 1)
-        return len(expired)
+        return int(expired.num_rows)

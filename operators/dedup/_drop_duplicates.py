@@ -19,9 +19,11 @@ event time leads the state key of ``DropDuplicates`` (one range delete), and
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
-from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from encoding import TableSchema
@@ -29,22 +31,21 @@ from operators._operator import Operator, OperatorContext
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
-    column_lists,
     event_micros,
     expiry_schema,
     reject_changelog,
-    rows_of,
 )
 from statestore import ConsistencyMode
 
 __all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
 
-Row = tuple[Any, ...]
 
 #: Spark's names for the counters.
 DROPPED = "numDroppedDuplicateRows"
 LATE = "numRowsDroppedByWatermark"
 _EVENT_US = "event_time_us"
+#: A row's position in its batch, while the first row of each key is sought.
+_ROW = "__row"
 
 
 class _FirstRowPerKey(Operator):
@@ -72,6 +73,8 @@ class _FirstRowPerKey(Operator):
         self.event_time = event_time
         self.inputs = [schema]
         self.output = schema
+        #: The names of the state key's columns, in state key order.
+        self.key_names = [f.name for f in self.key_fields()]
 
     def key_fields(self) -> list[pa.Field]:
         """The key columns as state holds them: the event time in microseconds."""
@@ -83,41 +86,55 @@ class _FirstRowPerKey(Operator):
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Late rows out, then one multi-get for the batch's distinct keys; the
-        first row of each key not stored is emitted and its key stored. Only
-        the key columns, and the rows emitted, become Python objects."""
+        first row of each key not stored is emitted and its key stored. The
+        batch is worked column by column: no row becomes a Python object."""
         reject_changelog(batch, self.name, "is Spark's append-only deduplication")
-        times: list[int] | None = None
+        times: npt.NDArray[np.int64] | None = None
         if self.event_time is not None:
             times = event_micros(batch, self.event_time, self.name)
             late_mark = ctx.previous_watermark
             if late_mark is not None:
-                bound = late_mark * 1000
-                kept = [i for i, t in enumerate(times) if t > bound]
-                if len(kept) < batch.num_rows:
-                    ctx.count(LATE, batch.num_rows - len(kept))
-                    batch = batch.take(pa.array(kept, pa.int64()))
-                    times = [times[i] for i in kept]
-        columns = [
-            times if c == self.event_time else batch.column(c).to_pylist() for c in self.columns
-        ]
-        # Keys in the order state keeps them (a permutation of the columns).
-        keys = rows_of([columns[i] for i in self.state_order], batch.num_rows)  # type: ignore[misc]
-        first: dict[Row, int] = {}
-        for i, key in enumerate(keys):
-            first.setdefault(key, i)
-        stored = ctx.table("seen").get_rows(list(first))
-        new = [i for i, s in zip(first.values(), stored, strict=True) if s is None]
-        ctx.count(DROPPED, batch.num_rows - len(new))
-        if not new:
+                kept = times > late_mark * 1000
+                late = batch.num_rows - int(np.count_nonzero(kept))
+                if late:
+                    ctx.count(LATE, late)
+                    batch = batch.filter(pa.array(kept))
+                    times = times[kept]
+        if not batch.num_rows:
             return
-        self._store(ctx, [keys[i] for i in new], None if times is None else [times[i] for i in new])
-        out = batch.take(pa.array(new, pa.int64()))
-        for row in rows_of(column_lists(out, self.inputs[0].names), len(new)):
-            ctx.emit(row)
+        keys = self._state_keys(batch, times)
+        new = self._unseen_firsts(ctx, keys)
+        ctx.count(DROPPED, batch.num_rows - len(new))
+        if not len(new):
+            return
+        self._store(ctx, keys.take(new), None if times is None else times[new])
+        out = batch.take(pa.array(new))
+        ctx.emit_batch([out.column(n) for n in self.inputs[0].names])
 
-    def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
-        """Store the new keys (in state key order) with their event times."""
-        raise NotImplementedError
+    def _state_keys(self, batch: pa.RecordBatch, times: npt.NDArray[np.int64] | None) -> pa.Table:
+        """The batch's keys as state keys them: its key columns in state key
+        order, the event time in microseconds, under the state's names."""
+        arrays = [
+            pa.array(times) if self.columns[i] == self.event_time else batch.column(self.columns[i])
+            for i in self.state_order
+        ]
+        return pa.table(arrays, names=self.key_names)
+
+    def _unseen_firsts(self, ctx: OperatorContext, keys: pa.Table) -> npt.NDArray[np.int64]:
+        """The positions, in order, of the first row of each key that state
+        has not seen."""
+        rows = keys.append_column(_ROW, pa.array(np.arange(keys.num_rows)))
+        firsts = rows.group_by(keys.column_names, use_threads=False).aggregate([(_ROW, "min")])
+        at = np.sort(np.asarray(firsts.column(f"{_ROW}_min"), dtype=np.int64))
+        seen = np.array(ctx.table("seen").contains(keys.take(at)), dtype=bool)
+        unseen: npt.NDArray[np.int64] = at[~seen]
+        return unseen
+
+    @abc.abstractmethod
+    def _store(
+        self, ctx: OperatorContext, keys: pa.Table, times: npt.NDArray[np.int64] | None
+    ) -> None:
+        """Store the new keys (state key columns) with their event times."""
 
 
 class DropDuplicates(_FirstRowPerKey):
@@ -146,14 +163,15 @@ class DropDuplicates(_FirstRowPerKey):
             at = list(columns).index(str(event_time))
             self.state_order = [at, *(i for i in range(len(columns)) if i != at)]
         names = [f.name for f in fields]
+        self.key_names = names
         # With eviction the event time leads the key; the query's key is in the rest.
         by = names[1:] if self.evicts and len(names) > 1 else None
         self.tables = [TableSchema(1, fields, names, name="seen", partition_by=by)]
 
-    def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
-        table = ctx.table("seen")
-        for key in keys:
-            table.insert(key)
+    def _store(
+        self, ctx: OperatorContext, keys: pa.Table, times: npt.NDArray[np.int64] | None
+    ) -> None:
+        ctx.table("seen").insert_batch(keys)
 
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key whose event time is ``<=`` the watermark."""
@@ -186,14 +204,13 @@ class DropDuplicatesWithinWatermark(_FirstRowPerKey):
             expiry_schema(2, fields, "expiry"),
         ]
 
-    def _store(self, ctx: OperatorContext, keys: list[Row], times: list[int] | None) -> None:
+    def _store(
+        self, ctx: OperatorContext, keys: pa.Table, times: npt.NDArray[np.int64] | None
+    ) -> None:
         assert times is not None
-        table = ctx.table("seen")
-        index = ExpiryIndex(ctx.table("expiry"))
-        for key, t in zip(keys, times, strict=True):
-            expires = t + self.delay_us
-            table.insert((*key, expires))
-            index.move(key, None, expires)
+        expires = pa.array(times + self.delay_us)
+        ctx.table("seen").insert_batch(keys.append_column("expires_at", expires))
+        ctx.table("expiry").insert_batch(keys.add_column(0, "expires_at", expires))
 
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key with ``expires_at <= watermark`` through the index."""
