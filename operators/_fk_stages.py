@@ -53,7 +53,7 @@ class SubscriptionStage(Operator):
         digest = pa.field(HASH, pa.binary(), nullable=False)
         self.inputs = [
             pa.schema([pa.field(FK, join.fk_type), *keys, digest, seq]),
-            pa.schema([*join.right, seq]),
+            join.with_sequence(join.right),
         ]
         self.output = pa.schema(
             [
@@ -72,6 +72,8 @@ class SubscriptionStage(Operator):
             TableSchema(2, subscription, [FK, *join.left_key], name="subscriptions"),
         ]
         self._right_key = join.right.get_field_index(join.right_key)
+        self._right_width = len(join.right)
+        self._right_seq = self.inputs[1].get_field_index(join.sequence_column)
         self._no_right = (None,) * len(join.right)
         #: Per partition in progress: how many responses it has made.
         self._made: dict[int, int] = {}
@@ -114,7 +116,7 @@ class SubscriptionStage(Operator):
     def _right_change(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
         if kind is RowKind.UPDATE_BEFORE:
             return
-        new, seq = row[:-1], row[-1]
+        new, seq = row[: self._right_width], row[self._right_seq]
         fk = new[self._right_key]
         if fk is None:
             raise InputError(
@@ -171,11 +173,14 @@ class ResultStage(Operator):
     def __init__(self, join: FkJoin) -> None:
         self.join = join
         self.name = f"{join.name}-results"
-        seq = pa.field(join.sequence_column, pa.int64(), nullable=False)
         fk = pa.field(FK, join.fk_type)
         digest = pa.field(HASH, pa.binary(), nullable=False)
+        # The left row, its FK and hash, then the sequence column unless the
+        # row holds it: a row's first width + 2 values are what the table keeps.
+        width = len(join.left)
+        left = list(join.with_sequence(join.left))
         self.inputs = [
-            pa.schema([*join.left, fk, digest, seq]),
+            pa.schema([*left[:width], fk, digest, *left[width:]]),
             SubscriptionStage(join).output,
         ]
         self.output = join.output
@@ -231,7 +236,7 @@ class ResultStage(Operator):
                     "ordered by the sequence column"
                 )
             pending.prior.setdefault(key, False)
-            table.insert((*row[:-1], False))
+            table.insert((*row[: self._width + 2], False))
 
     def close(self, ctx: OperatorContext) -> None:
         pending = self._pending.pop(id(ctx), _Pending())

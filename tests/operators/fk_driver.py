@@ -24,7 +24,11 @@ class FkDriver:
     ``shared_sequences``: then an update's ``-U``/``+U`` pair shares one, and
     a left and a right change share one until a side changes again. With
     ``shuffle``, each table's changelog rows reach the join in random order,
-    as Spark's shuffle may deliver them; only their numbers order them.
+    as Spark's shuffle may deliver them; only their numbers order them. A
+    table whose schema holds the sequence column gets each change's number
+    there, as a changelog with its own numbers does: a row as it stands has
+    the number of its last insert or update, a ``-U``/``-D`` the number of
+    the change that retracts it.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class FkDriver:
         self._lkey = [join.left.get_field_index(k) for k in join.left_key]
         self._okey = [join.output.get_field_index(k) for k in join.left_key]
         self._rkey = join.right.get_field_index(join.right_key)
+        self._seq_at = [s.get_field_index(join.sequence_column) for s in (join.left, join.right)]
 
     def _number(self, side: int) -> int:
         """The sequence number of the next change of ``side``."""
@@ -57,8 +62,15 @@ class FkDriver:
         self._sides_at_seq.add(side)
         return self._seq
 
-    def _change(self, side: int, row: tuple[Any, ...], kind: RowKind, seq: int) -> None:
+    def _change(self, side: int, row: tuple[Any, ...], kind: RowKind, seq: int) -> tuple[Any, ...]:
+        """Queue a change of ``side``; the row as it was sent: with its number
+        in the sequence column where the table holds one (a row that ends
+        before that column gets it appended)."""
+        at = self._seq_at[side]
+        if at >= 0:
+            row = (*row[:at], seq, *row[at + 1 :])
         self._changes[side].append((row, kind.value, seq))
+        return row
 
     def upsert_left(self, row: tuple[Any, ...]) -> None:
         """Insert or replace a left row: ``+I``, or ``-U`` of the old then ``+U``."""
@@ -66,11 +78,11 @@ class FkDriver:
         old = self.left.get(key)
         seq = self._number(0)
         if old is None:
-            self._change(0, row, RowKind.INSERT, seq)
+            row = self._change(0, row, RowKind.INSERT, seq)
         else:
             self._change(0, old, RowKind.UPDATE_BEFORE, seq)
             after = seq if self.shared_sequences else self._number(0)
-            self._change(0, row, RowKind.UPDATE_AFTER, after)
+            row = self._change(0, row, RowKind.UPDATE_AFTER, after)
         self.left[key] = row
 
     def delete_left(self, key: Key) -> None:
@@ -81,8 +93,7 @@ class FkDriver:
         """Insert or replace a right row (an upsert: ``+I`` or ``+U``)."""
         fk = row[self._rkey]
         kind = RowKind.UPDATE_AFTER if fk in self.right else RowKind.INSERT
-        self._change(1, row, kind, self._number(1))
-        self.right[fk] = row
+        self.right[fk] = self._change(1, row, kind, self._number(1))
 
     def delete_right(self, fk: Any) -> None:
         """Delete a right row."""
@@ -104,6 +115,8 @@ class FkDriver:
             arrays.append(pa.array([s for _, _, s in rows], type=pa.int64()))
             arrays.append(pa.array([k for _, k, _ in rows], type=pa.string()))
             names = [*schema.names, self.join.sequence_column, "row_kind"]
+            if self._seq_at[side] >= 0:
+                del arrays[-2], names[-2]  # the rows hold their numbers
             tables.append(pa.Table.from_arrays(arrays, names=names))
         return tables
 
