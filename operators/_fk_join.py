@@ -57,8 +57,9 @@ class FkJoin:
     ``left``'s order) that returns the FK or ``None``. ``how`` is ``"inner"``
     or ``"left"``. ``joiner`` maps ``(left_row, right_row or None)`` to an
     output row of schema ``output``; by default the output is the left row
-    followed by the right row. The output must hold the left key columns: it
-    is an upsert changelog keyed by them. ``sequence_column`` (int64, in both inputs)
+    followed by the right row. The output must hold the left key columns,
+    and the joiner must keep K's values there: the output is an upsert
+    changelog keyed by them. ``sequence_column`` (int64, in both inputs)
     orders each table's changes; either table's schema may hold it as one of
     its columns (a changelog's own sequence number), but not as a key or the
     FK: it is then part of the row the joiner sees, but not of the row's

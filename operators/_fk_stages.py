@@ -271,12 +271,28 @@ class ResultStage(Operator):
         if stale:
             ctx.count("numResultsDroppedAsStale", stale)
         if result is not None:
-            ctx.emit(tuple(result), RowKind.UPDATE_AFTER if prior else RowKind.INSERT)
+            result = tuple(result)
+            self._check_key(key, result)
+            ctx.emit(result, RowKind.UPDATE_AFTER if prior else RowKind.INSERT)
         elif prior:
             ctx.emit(self._delete(key), RowKind.DELETE)
         emitted = result is not None
         if row is not None and row[-1] != emitted:
             table.update(row, (*row[:-1], emitted))
+
+    def _check_key(self, key: tuple[Any, ...], result: tuple[Any, ...]) -> None:
+        """Raise :class:`InputError` unless the joiner kept K in ``result``: the
+        output is keyed by K, so another key would add a row for a key that no
+        later change of K updates or deletes."""
+        if len(result) != len(self.output):
+            return  # the runner refuses the row with its own message
+        got = tuple(result[i] for i in self._out_keys)
+        if got != key:
+            raise InputError(
+                f"operator {self.name!r}: the joiner returned left key {got!r} for the row "
+                f"of left key {key!r}; the output is keyed by {list(self.join.left_key)}, "
+                "so the joiner must keep those columns' values"
+            )
 
     def _delete(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
         out: list[Any] = [None] * len(self.output)

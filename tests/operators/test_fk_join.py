@@ -185,6 +185,11 @@ LEFT_SEQ = pa.schema([*LEFT, ("seq", pa.int64())])
 RIGHT_SEQ = pa.schema([*RIGHT, ("seq", pa.int64())])
 
 
+def _rekeyed(left: tuple[Any, ...], right: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """A faulty joiner: it moves the result to another left key."""
+    return (f"{left[0]}!", f"({left[1]},{None if right is None else right[1]})")
+
+
 def _with_right_seq(left: tuple[Any, ...], right: tuple[Any, ...] | None) -> tuple[Any, ...]:
     """The left row, then the right row with its sequence number as 'rseq'."""
     return (*left, *(right if right is not None else (None,) * len(RIGHT_SEQ)))
@@ -256,6 +261,18 @@ class TestSequenceColumnInRows:
             random_batch(rng, d, 10, 4)
             d.flush()
             assert d.output == d.batch_join()
+
+
+class TestJoiner:
+    def test_a_joiner_must_keep_the_left_key(self) -> None:
+        """A joiner returning another left key than K's fails the batch with
+        an InputError: the upsert changelog would gain a row for a key that
+        no later change of K updates or deletes."""
+        join = FkJoin(STRINGS, ["key"], STRINGS, "key", _fk_after_bar, "left", _rekeyed, STRINGS)
+        d = FkDriver(join)
+        d.upsert_left(("k", "v|rhs1"))
+        with pytest.raises(InputError, match=r"joiner returned left key \('k!',\)"):
+            d.flush()
 
 
 def _fk_column_function(row: tuple[Any, ...]) -> Any:
