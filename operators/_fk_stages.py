@@ -153,6 +153,8 @@ class _Pending:
     responses: dict[
         tuple[Any, ...], dict[bytes, tuple[tuple[int, int], tuple[Any, ...] | None]]
     ] = field(default_factory=dict)
+    #: For each K: per left-row hash, how many responses came.
+    counts: dict[tuple[Any, ...], dict[bytes, int]] = field(default_factory=dict)
 
 
 class ResultStage(Operator):
@@ -163,9 +165,10 @@ class ResultStage(Operator):
     ``+U`` add one where none is. Input 1 is the responses. At the end of the
     batch each touched K is resolved against its left row as it then stands:
     only a response with that row's hash counts (the newest: by sequence, then
-    by the order the subscription stage made them); the others were computed
-    for an older version of the row and are dropped
-    (``numResultsDroppedAsStale``). Each touched K gets one output row: its
+    by the order the subscription stage made them). The responses with
+    another hash were computed for an older version of the row (every one, if
+    K has no row or no FK): they are dropped, each counted in
+    ``numResultsDroppedAsStale``. Each touched K gets one output row: its
     joined row (``+I``, or ``+U`` over an earlier one), or a delete if it had
     an output and has no result now.
     """
@@ -210,6 +213,8 @@ class ResultStage(Operator):
             key, digest, right, made = row[:n], row[n], row[n + 1 : -2], (row[-2], row[-1])
             pending.touched[key] = None
             answers = pending.responses.setdefault(key, {})
+            counts = pending.counts.setdefault(key, {})
+            counts[digest] = counts.get(digest, 0) + 1
             # Responses for one row (one hash, so one FK) all come from one
             # subscription partition, which made them in sequence order.
             if digest not in answers or answers[digest][0] < made:
@@ -248,15 +253,17 @@ class ResultStage(Operator):
         table = ctx.table("left")
         row = table.get_row(key)
         answers = pending.responses.get(key, {})
+        counts = pending.counts.get(key, {})
         prior = pending.prior[key] if key in pending.prior else bool(row and row[-1])
         result = None
         if row is None or row[self._width] is None:
-            stale = len(answers)
+            stale = sum(counts.values())
             if row is not None and self.join.how == "left":
                 result = self.join.joiner(row[: self._width], None)
         else:
-            match = answers.get(row[self._width + 1])
-            stale = len(answers) - (match is not None)
+            digest = row[self._width + 1]
+            match = answers.get(digest)
+            stale = sum(counts.values()) - counts.get(digest, 0)
             if match is None:
                 if key in pending.prior:
                     raise RunnerError(

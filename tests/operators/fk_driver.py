@@ -29,6 +29,11 @@ class FkDriver:
     there, as a changelog with its own numbers does: a row as it stands has
     the number of its last insert or update, a ``-U``/``-D`` the number of
     the change that retracts it.
+
+    The driver also models what the subscription stage answers, to know how
+    many responses the results stage must drop as stale (``expected_stale``):
+    exact while the changes reach the join in the order they were made,
+    which holds when every change has its own number.
     """
 
     def __init__(
@@ -53,6 +58,10 @@ class FkDriver:
         self._okey = [join.output.get_field_index(k) for k in join.left_key]
         self._rkey = join.right.get_field_index(join.right_key)
         self._seq_at = [s.get_field_index(join.sequence_column) for s in (join.left, join.right)]
+        #: This batch's responses by K: the hash of the left row each answers.
+        self._responses: dict[Key, list[bytes]] = {}
+        #: Responses the last batch taken should have dropped as stale.
+        self.expected_stale = 0
 
     def _number(self, side: int) -> int:
         """The sequence number of the next change of ``side``."""
@@ -84,6 +93,8 @@ class FkDriver:
             after = seq if self.shared_sequences else self._number(0)
             row = self._change(0, row, RowKind.UPDATE_AFTER, after)
         self.left[key] = row
+        if self.join.foreign_key_of(row) is not None:
+            self._respond(key, row)  # the subscription is answered at once
 
     def delete_left(self, key: Key) -> None:
         """Delete a left row (``-D`` with its before-image)."""
@@ -93,15 +104,42 @@ class FkDriver:
         """Insert or replace a right row (an upsert: ``+I`` or ``+U``)."""
         fk = row[self._rkey]
         kind = RowKind.UPDATE_AFTER if fk in self.right else RowKind.INSERT
-        self.right[fk] = self._change(1, row, kind, self._number(1))
+        row = self._change(1, row, kind, self._number(1))
+        if self.right.get(fk) != row:
+            self._answer_subscribers(fk)
+        self.right[fk] = row
 
     def delete_right(self, fk: Any) -> None:
         """Delete a right row."""
         self._change(1, self.right.pop(fk), RowKind.DELETE, self._number(1))
+        self._answer_subscribers(fk)
+
+    def _respond(self, key: Key, row: tuple[Any, ...]) -> None:
+        self._responses.setdefault(key, []).append(self.join.row_hash(row))
+
+    def _answer_subscribers(self, fk: Any) -> None:
+        """A change of right row ``fk`` answers every K that points at it."""
+        for key, row in self.left.items():
+            if self.join.foreign_key_of(row) == fk:
+                self._respond(key, row)
+
+    def _stale(self) -> int:
+        """The batch's responses computed for another left row than the one
+        K holds now (every response of a K with no row or no FK)."""
+        stale = 0
+        for key, hashes in self._responses.items():
+            row = self.left.get(key)
+            if row is None or self.join.foreign_key_of(row) is None:
+                stale += len(hashes)
+            else:
+                stale += sum(h != self.join.row_hash(row) for h in hashes)
+        return stale
 
     def take_changes(self) -> list[pa.Table | None]:
         """The pending changes of each table as a changelog (its columns, the
-        sequence column, ``row_kind``), or ``None``; they are no longer pending."""
+        sequence column, ``row_kind``), or ``None``; they are no longer pending
+        and make one batch, whose stale responses ``expected_stale`` counts."""
+        self.expected_stale, self._responses = self._stale(), {}
         tables: list[pa.Table | None] = []
         for side, schema in enumerate((self.join.left, self.join.right)):
             rows, self._changes[side] = self._changes[side], []

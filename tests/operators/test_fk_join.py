@@ -162,8 +162,29 @@ class TestStaleResults:
         play(d, [("right", "rhs1", "a"), ("right", "rhs2", "b"), ("left", "k", "v|rhs1")])
         # The first change answers k's subscription at rhs1, then k moves.
         assert play(d, [("right", "rhs1", "a2"), ("left", "k", "v|rhs2")]) == {"k": "(v|rhs2,b)"}
-        assert d.stale_dropped == 1
+        assert d.stale_dropped == d.expected_stale == 1
         assert d.output == d.batch_join()
+
+    def test_every_stale_response_is_counted(self) -> None:
+        """Three right changes answer K's old row before K moves: three
+        responses for one old row, each dropped and counted; the answers for
+        K's current row are not stale."""
+        d = FkDriver(issue_join("inner"), partitions=(4, 3))
+        play(d, [("right", "rhs1", "a"), ("right", "rhs2", "b"), ("left", "k", "v|rhs1")])
+        changes = [("right", "rhs1", f"a{i}") for i in range(3)]
+        changes += [("left", "k", "v|rhs2"), ("right", "rhs2", "b2")]
+        assert play(d, changes) == {"k": "(v|rhs2,b2)"}
+        assert d.stale_dropped == d.expected_stale == 3
+
+    @pytest.mark.parametrize(("how", "after"), [("inner", None), ("left", "(v,null)")])
+    def test_responses_for_a_k_without_fk_are_all_stale(self, how: str, after: str | None) -> None:
+        """A right change answers K and J, then K's FK becomes null and J is
+        deleted: both responses are stale."""
+        d = FkDriver(issue_join(how), partitions=(4, 3))
+        play(d, [("right", "rhs1", "a"), ("left", "k", "v|rhs1"), ("left", "j", "w|rhs1")])
+        changes = [("right", "rhs1", "a2"), ("left", "k", "v"), ("left", "j", None)]
+        assert play(d, changes) == {"k": after, "j": None}
+        assert d.stale_dropped == d.expected_stale == 2
 
 
 class TestBadChangelog:
@@ -328,3 +349,5 @@ class TestDifferential:
             random_batch(rng, d, keys, fks)
             d.flush()
             assert d.output == d.batch_join()
+            if not shared:
+                assert d.stale_dropped == d.expected_stale
