@@ -39,7 +39,9 @@ class SubscriptionStage(Operator):
     unsubscribes K, answered by nothing (KAFKA-16394: an FK change must not
     produce a null result of its own). Input 1 is the right changelog: an
     insert, update or delete of FK answers every K subscribed to FK (a prefix
-    scan of ``FK | K``). ``-U`` is skipped: the ``+U`` after it replaces the row.
+    scan of ``FK | K``). A ``-U`` retracts the row as a ``-D`` does (it sorts
+    before its ``+U``, which may carry another FK): the old row must not keep
+    joining when an update moves it to another key.
     Every answer is a response ``(K, hash, right row or nulls, seq, order)``;
     ``order`` numbers the partition's responses as they are made, so the last
     one made for K is known even where rows share a sequence number.
@@ -114,8 +116,6 @@ class SubscriptionStage(Operator):
         self._respond(ctx, (*key, digest), right or self._no_right, seq)
 
     def _right_change(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
-        if kind is RowKind.UPDATE_BEFORE:
-            return
         new, seq = row[: self._right_width], row[self._right_seq]
         fk = new[self._right_key]
         if fk is None:
@@ -124,7 +124,7 @@ class SubscriptionStage(Operator):
                 f"{new!r}; the right table is keyed by it"
             )
         right = ctx.table("right")
-        if kind is RowKind.DELETE:
+        if kind.is_retract:
             if right.delete_key((fk,)) is None:
                 return
             answer = self._no_right

@@ -24,7 +24,9 @@ class FkDriver:
     ``shared_sequences``: then an update's ``-U``/``+U`` pair shares one, and
     a left and a right change share one until a side changes again. With
     ``shuffle``, each table's changelog rows reach the join in random order,
-    as Spark's shuffle may deliver them; only their numbers order them. A
+    as Spark's shuffle may deliver them; only their numbers order them. The
+    right changelog sends updates as plain upserts (``+U``), or with
+    ``right_before_images`` as ``-U``/``+U`` pairs, as the left one does. A
     table whose schema holds the sequence column gets each change's number
     there, as a changelog with its own numbers does: a row as it stands has
     the number of its last insert or update, a ``-U``/``-D`` the number of
@@ -42,9 +44,11 @@ class FkDriver:
         partitions: tuple[int, int] = (3, 2),
         shared_sequences: bool = False,
         shuffle: random.Random | None = None,
+        right_before_images: bool = False,
     ) -> None:
         self.join = join
         self.shared_sequences = shared_sequences
+        self.right_before_images = right_before_images
         self.shuffle = shuffle
         self.harness = StageHarness(join.stages(), 2, partitions, join.sequence_column)
         self.left: dict[Key, tuple[Any, ...]] = {}
@@ -101,18 +105,39 @@ class FkDriver:
         self._change(0, self.left.pop(key), RowKind.DELETE, self._number(0))
 
     def upsert_right(self, row: tuple[Any, ...]) -> None:
-        """Insert or replace a right row (an upsert: ``+I`` or ``+U``)."""
+        """Insert or replace a right row: ``+I``, or an update as a plain
+        upsert (``+U``), or with ``right_before_images`` as :meth:`update_right`."""
         fk = row[self._rkey]
+        if fk in self.right and self.right_before_images:
+            self.update_right(fk, row)
+            return
         kind = RowKind.UPDATE_AFTER if fk in self.right else RowKind.INSERT
-        row = self._change(1, row, kind, self._number(1))
-        if self.right.get(fk) != row:
-            self._answer_subscribers(fk)
-        self.right[fk] = row
+        self._put_right(row, kind, self._number(1))
+
+    def update_right(self, fk: Any, row: tuple[Any, ...]) -> None:
+        """Replace right row ``fk`` by ``row``, whose key may be another:
+        ``-U`` of the old row, then ``+U`` of the new."""
+        seq = self._retract_right(fk, RowKind.UPDATE_BEFORE)
+        self._put_right(row, RowKind.UPDATE_AFTER, seq if self.shared_sequences else None)
 
     def delete_right(self, fk: Any) -> None:
         """Delete a right row."""
-        self._change(1, self.right.pop(fk), RowKind.DELETE, self._number(1))
+        self._retract_right(fk, RowKind.DELETE)
+
+    def _retract_right(self, fk: Any, kind: RowKind) -> int:
+        """Queue a ``-U``/``-D`` of right row ``fk``; its sequence number."""
+        seq = self._number(1)
+        self._change(1, self.right.pop(fk), kind, seq)
         self._answer_subscribers(fk)
+        return seq
+
+    def _put_right(self, row: tuple[Any, ...], kind: RowKind, seq: int | None) -> None:
+        """Queue a ``+I``/``+U`` of a right row (numbered ``seq``, or the next)."""
+        row = self._change(1, row, kind, self._number(1) if seq is None else seq)
+        fk = row[self._rkey]
+        if self.right.get(fk) != row:
+            self._answer_subscribers(fk)
+        self.right[fk] = row
 
     def _respond(self, key: Key, row: tuple[Any, ...]) -> None:
         self._responses.setdefault(key, []).append(self.join.row_hash(row))

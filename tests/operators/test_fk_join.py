@@ -187,6 +187,28 @@ class TestStaleResults:
         assert d.stale_dropped == d.expected_stale == 2
 
 
+class TestRightUpdates:
+    @pytest.mark.parametrize("shared", [False, True])
+    def test_right_key_change_unjoins_the_old_subscribers(self, shared: bool) -> None:
+        """A right update that changes the row's key (-U at rhs1, +U at rhs2,
+        sharing a number or not): K at rhs1 loses its join (inner: a delete),
+        J at rhs2 joins the moved row."""
+        d = FkDriver(issue_join("inner"), shared_sequences=shared)
+        play(d, [("right", "rhs1", "a"), ("left", "k", "v|rhs1"), ("left", "j", "w|rhs2")])
+        d.update_right("rhs1", ("rhs2", "a"))
+        assert _values(d.flush()) == {"k": None, "j": "(w|rhs2,a)"}
+        assert d.output == d.batch_join()
+        assert play(d, [("right", "rhs2", "b")]) == {"j": "(w|rhs2,b)"}
+
+    def test_right_update_with_before_image_joins_the_new_row(self) -> None:
+        """A right update sent as -U/+U of one key: K joins the new row; the
+        -U's answer (nulls) is superseded by the +U's, not stale."""
+        d = FkDriver(issue_join("left"), right_before_images=True)
+        play(d, [("right", "rhs1", "a"), ("left", "k", "v|rhs1")])
+        assert play(d, [("right", "rhs1", "b")]) == {"k": "(v|rhs1,b)"}
+        assert d.stale_dropped == d.expected_stale == 0
+
+
 class TestBadChangelog:
     def test_update_without_before_image_is_refused(self) -> None:
         """A +U of a key the left table holds, with no -U first, is an
@@ -314,7 +336,8 @@ def random_join(rng: random.Random) -> FkJoin:
 
 def random_batch(rng: random.Random, d: FkDriver, keys: int, fks: int) -> None:
     """Queue 1-20 random changes: left upserts (FK changes, null FKs, a hot
-    FK), left deletes, right upserts and deletes."""
+    FK), left deletes, right upserts, right rows moving to a free key
+    (``-U``/``+U``) and right deletes."""
     for _ in range(rng.randint(1, 20)):
         op = rng.random()
         if op < 0.45:
@@ -322,9 +345,13 @@ def random_batch(rng: random.Random, d: FkDriver, keys: int, fks: int) -> None:
             d.upsert_left((rng.randrange(keys), fk, rng.choice("xyz")))
         elif op < 0.6 and d.left:
             d.delete_left(rng.choice(sorted(d.left)))
-        elif op < 0.9:
+        elif op < 0.85:
             fk = rng.randrange(fks)
             d.upsert_right((fk, f"r{fk}.{rng.randrange(3)}"))
+        elif op < 0.92 and d.right and len(d.right) < fks:
+            fk = rng.choice(sorted(d.right))
+            free = rng.choice([f for f in range(fks) if f not in d.right])
+            d.update_right(fk, (free, f"r{fk}.moved"))
         elif d.right:
             d.delete_right(rng.choice(sorted(d.right)))
 
@@ -335,7 +362,8 @@ class TestDifferential:
         """Random changelogs of both tables, several partitions and batches:
         after every batch the materialised output equals the batch join. Odd
         seeds share sequence numbers between the tables and within update
-        pairs, and deliver each changelog in random order."""
+        pairs, and deliver each changelog in random order; half the seeds
+        send right updates as -U/+U pairs."""
         rng = random.Random(seed)
         shared = seed % 2 == 1
         d = FkDriver(
@@ -343,6 +371,7 @@ class TestDifferential:
             partitions=(rng.randint(1, 4), rng.randint(1, 4)),
             shared_sequences=shared,
             shuffle=random.Random(seed) if shared else None,
+            right_before_images=rng.random() < 0.5,
         )
         keys, fks = rng.randint(2, 12), rng.randint(1, 6)
         for _ in range(rng.randint(1, 6)):

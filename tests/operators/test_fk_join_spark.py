@@ -55,11 +55,12 @@ class _Workload(NamedTuple):
 
 
 def _changes(join: FkJoin, seed: int, batches: int, shared: bool = True) -> _Workload:
-    """Random changes of both tables, ``batches`` times. With ``shared``,
+    """Random changes of both tables, ``batches`` times; right updates are
+    -U/+U pairs, some of which move a row to another key. With ``shared``,
     sequence numbers are shared between the tables and within update pairs.
     Each changelog's rows are shuffled: only the numbers order them."""
     rng = random.Random(seed)
-    d = FkDriver(join, shared_sequences=shared, shuffle=rng)
+    d = FkDriver(join, shared_sequences=shared, shuffle=rng, right_before_images=True)
     changes, joins, stale = [], [], []
     for _ in range(batches):
         for _ in range(rng.randint(5, 25)):
@@ -68,9 +69,13 @@ def _changes(join: FkJoin, seed: int, batches: int, shared: bool = True) -> _Wor
                 d.upsert_left((rng.randrange(40), fk, rng.choice("xyz")))
             elif rng.random() < 0.2 and d.left:
                 d.delete_left(rng.choice(sorted(d.left)))
-            elif rng.random() < 0.8:
+            elif rng.random() < 0.7:
                 fk = rng.randrange(8)
                 d.upsert_right((fk, f"r{fk}.{rng.randrange(4)}"))
+            elif rng.random() < 0.5 and 0 < len(d.right) < 8:
+                fk = rng.choice(sorted(d.right))
+                free = rng.choice([f for f in range(8) if f not in d.right])
+                d.update_right(fk, (free, f"r{fk}.moved"))
             elif d.right:
                 d.delete_right(rng.choice(sorted(d.right)))
         d.upsert_left((rng.randrange(40), 0, "x"))
