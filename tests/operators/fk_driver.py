@@ -23,8 +23,10 @@ class FkDriver:
     Every changelog row gets its own sequence number, unless
     ``shared_sequences``: then an update's ``-U``/``+U`` pair shares one, and
     a left and a right change share one until a side changes again. With
-    ``shuffle``, each table's changelog rows reach the join in random order,
-    as Spark's shuffle may deliver them; only their numbers order them. The
+    ``shuffle``, each table's changelog rows are listed in random order, as
+    Spark's shuffle may deliver them (the Spark tests write them so); only
+    their numbers order them. The harness sorts by number and kind, keeping
+    side order at a tie, unless ``tie_break`` orders ties at random. The
     right changelog sends updates as plain upserts (``+U``), or with
     ``right_before_images`` as ``-U``/``+U`` pairs, as the left one does. A
     table whose schema holds the sequence column gets each change's number
@@ -45,12 +47,15 @@ class FkDriver:
         shared_sequences: bool = False,
         shuffle: random.Random | None = None,
         right_before_images: bool = False,
+        tie_break: random.Random | None = None,
     ) -> None:
         self.join = join
         self.shared_sequences = shared_sequences
         self.right_before_images = right_before_images
         self.shuffle = shuffle
-        self.harness = StageHarness(join.stages(), 2, partitions, join.sequence_column)
+        self.harness = StageHarness(
+            join.stages(), 2, partitions, join.sequence_column, tie_break=tie_break
+        )
         self.left: dict[Key, tuple[Any, ...]] = {}
         self.right: dict[Any, tuple[Any, ...]] = {}
         #: The output table as the upsert changelog leaves it, by K.
