@@ -73,6 +73,18 @@ class StageHarness:
             outputs.append(self._run_stage(stage, harnesses, inputs, outputs))
         return outputs[-1]
 
+    def close(self) -> None:
+        """Release every partition's state (and temporary directories)."""
+        for harnesses in self.partitions:
+            for harness in harnesses:
+                harness.close()
+
+    def __enter__(self) -> StageHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _run_stage(
         self,
         stage: Stage,

@@ -48,13 +48,14 @@ class FkDriver:
         shuffle: random.Random | None = None,
         right_before_images: bool = False,
         tie_break: random.Random | None = None,
+        backend: str = "memory",
     ) -> None:
         self.join = join
         self.shared_sequences = shared_sequences
         self.right_before_images = right_before_images
         self.shuffle = shuffle
         self.harness = StageHarness(
-            join.stages(), 2, partitions, join.sequence_column, tie_break=tie_break
+            join.stages(), 2, partitions, join.sequence_column, backend, tie_break
         )
         self.left: dict[Key, tuple[Any, ...]] = {}
         self.right: dict[Any, tuple[Any, ...]] = {}
@@ -221,6 +222,10 @@ class FkDriver:
             if right is not None or self.join.how == "left":
                 result[key] = tuple(self.join.joiner(row, right))
         return result
+
+    def close(self) -> None:
+        """Release the harness's state."""
+        self.harness.close()
 
     @property
     def stale_dropped(self) -> int:

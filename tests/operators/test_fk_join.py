@@ -5,6 +5,8 @@ a batch join, all over several partitions per stage."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -187,6 +189,41 @@ class TestStaleResults:
         assert d.stale_dropped == d.expected_stale == 2
 
 
+class TestChangesInOneBatch:
+    @pytest.mark.parametrize("how", ["inner", "left"])
+    @pytest.mark.parametrize("last", ["x|rhs3", "v|rhs1"], ids=["elsewhere", "back"])
+    def test_a_left_row_changes_twice_in_one_batch(self, how: str, last: str) -> None:
+        """K moves rhs1 -> rhs2 -> its last FK in one batch, with right
+        changes between: K's one output row joins its last row (also when
+        that is the row it started the batch with); the answers to the
+        middle row are stale."""
+        d = FkDriver(issue_join(how), partitions=(4, 3))
+        rights = [("right", f"rhs{i}", f"r{i}") for i in (1, 2, 3)]
+        play(d, [*rights, ("left", "k", "v|rhs1")])
+        changes = [("left", "k", "w|rhs2"), ("right", "rhs2", "r2b"), ("right", "rhs1", "r1b")]
+        changes += [("left", "k", last), ("right", "rhs3", "r3b")]
+        right = "r3b" if last.endswith("rhs3") else "r1b"
+        assert play(d, changes) == {"k": f"({last},{right})"}
+        assert d.stale_dropped == d.expected_stale == 2  # w|rhs2's: subscribed, then r2b
+        assert d.output == d.batch_join()
+
+    @pytest.mark.parametrize("right_first", [True, False], ids=["right-first", "left-first"])
+    @pytest.mark.parametrize("seed", range(4))
+    def test_a_right_change_and_a_left_fk_change_in_one_batch(
+        self, right_first: bool, seed: int
+    ) -> None:
+        """K moves from rhs1 to rhs2 while rhs2 (and the old rhs1) change in
+        the same batch, the move and rhs2's change sharing one sequence number
+        and their tie broken at random: in any order K joins rhs2's new row."""
+        d = FkDriver(issue_join("inner"), shared_sequences=True, tie_break=random.Random(seed))
+        play(d, [("right", "rhs1", "a"), ("right", "rhs2", "b"), ("left", "k", "v|rhs1")])
+        # The driver numbers the move like the right change queued next to it.
+        move, old, new = ("left", "k", "v|rhs2"), ("right", "rhs1", "a2"), ("right", "rhs2", "b2")
+        changes = [old, new, move] if right_first else [move, new, old]
+        assert play(d, changes) == {"k": "(v|rhs2,b2)"}
+        assert d.output == d.batch_join()
+
+
 class TestRightUpdates:
     @pytest.mark.parametrize("shared", [False, True])
     def test_right_key_change_unjoins_the_old_subscribers(self, shared: bool) -> None:
@@ -301,7 +338,7 @@ class TestSequenceColumnInRows:
         rng = random.Random(seed)
         d = FkDriver(seq_holding_join(holder, rng.choice(["inner", "left"])))
         for _ in range(rng.randint(1, 5)):
-            random_batch(rng, d, 10, 4)
+            random_batch(rng, d, Shape(10, 4))
             d.flush()
             assert d.output == d.batch_join()
 
@@ -324,25 +361,50 @@ def _fk_column_function(row: tuple[Any, ...]) -> Any:
 
 def random_join(rng: random.Random) -> FkJoin:
     """A join of int tables: inner or left, FK a column or a function."""
-    return FkJoin(
-        LEFT,
-        ["id"],
-        RIGHT,
-        "rid",
-        rng.choice(["fk", _fk_column_function]),
-        how=rng.choice(["inner", "left"]),
-    )
+    foreign_key: str | Callable[[tuple[Any, ...]], Any] = rng.choice(["fk", _fk_column_function])
+    return FkJoin(LEFT, ["id"], RIGHT, "rid", foreign_key, how=rng.choice(["inner", "left"]))
 
 
-def random_batch(rng: random.Random, d: FkDriver, keys: int, fks: int) -> None:
-    """Queue 1-20 random changes: left upserts (FK changes, null FKs, a hot
-    FK), left deletes, right upserts, right rows moving to a free key
-    (``-U``/``+U``) and right deletes."""
-    for _ in range(rng.randint(1, 20)):
+@dataclass(frozen=True)
+class Shape:
+    """The size of a random run: left keys, right keys (FKs), changes per
+    batch at most, and the share of left upserts that point at the hot FK 0."""
+
+    keys: int
+    fks: int
+    changes: int = 20
+    hot: float = 0.3
+
+    @classmethod
+    def draw(cls, rng: random.Random, wide: bool) -> Shape:
+        """A small run (2-12 keys), or a wide one: 50-200 keys, most of them
+        subscribed to the hot FK."""
+        if not wide:
+            return cls(rng.randint(2, 12), rng.randint(1, 6))
+        return cls(rng.randint(50, 200), rng.randint(5, 20), 60, rng.uniform(0.5, 0.9))
+
+
+def load_batch(rng: random.Random, d: FkDriver, shape: Shape) -> None:
+    """Queue every left key (the hot FK's share of them pointing at it) and
+    most right rows: a first batch that gives the hot FK its subscribers."""
+    for key in range(shape.keys):
+        fk = 0 if rng.random() < shape.hot else rng.choice([None, *range(shape.fks)])
+        d.upsert_left((key, fk, "x"))
+    for fk in range(shape.fks):
+        if rng.random() < 0.8:
+            d.upsert_right((fk, f"r{fk}"))
+
+
+def random_batch(rng: random.Random, d: FkDriver, shape: Shape) -> None:
+    """Queue random changes: left upserts (FK changes, null FKs, the hot FK),
+    left deletes, right upserts, right rows moving to a free key (``-U``/
+    ``+U``) and right deletes."""
+    fks = shape.fks
+    for _ in range(rng.randint(1, shape.changes)):
         op = rng.random()
         if op < 0.45:
-            fk = rng.choice([None, 0, 0, 0, *range(fks)])  # 0 is hot
-            d.upsert_left((rng.randrange(keys), fk, rng.choice("xyz")))
+            fk = 0 if rng.random() < shape.hot else rng.choice([None, *range(fks)])
+            d.upsert_left((rng.randrange(shape.keys), fk, rng.choice("xyz")))
         elif op < 0.6 and d.left:
             d.delete_left(rng.choice(sorted(d.left)))
         elif op < 0.85:
@@ -356,15 +418,23 @@ def random_batch(rng: random.Random, d: FkDriver, keys: int, fks: int) -> None:
             d.delete_right(rng.choice(sorted(d.right)))
 
 
+#: Differential seeds run on RocksDB (slower: a checkpoint per commit).
+ROCKSDB_SEEDS = (0, 75, 150)
+
+
 class TestDifferential:
     @pytest.mark.parametrize("seed", range(300))
     def test_output_equals_batch_join_after_every_batch(self, seed: int) -> None:
         """Random changelogs of both tables, several partitions and batches:
-        after every batch the materialised output equals the batch join. Odd
-        seeds share sequence numbers between the tables and within update
-        pairs, and order rows that tie at random (a left and a right change
-        with one number meet in either order); half the seeds send right
-        updates as -U/+U pairs."""
+        after every batch the materialised output equals the batch join, and
+        (where each change has its own number) the stale responses are
+        counted exactly. Odd seeds share sequence numbers between the tables
+        and within update pairs, and order rows that tie at random (a left
+        and a right change with one number meet in either order); half the
+        seeds send right updates as -U/+U pairs; every tenth seed is wide
+        (50-200 keys loaded in a first batch, a hot FK with most of them as
+        subscribers); a few seeds (wide ones, and one with ties) run on
+        RocksDB."""
         rng = random.Random(seed)
         shared = seed % 2 == 1
         d = FkDriver(
@@ -373,11 +443,16 @@ class TestDifferential:
             shared_sequences=shared,
             tie_break=random.Random(seed) if shared else None,
             right_before_images=rng.random() < 0.5,
+            backend="rocksdb" if seed in ROCKSDB_SEEDS else "memory",
         )
-        keys, fks = rng.randint(2, 12), rng.randint(1, 6)
-        for _ in range(rng.randint(1, 6)):
-            random_batch(rng, d, keys, fks)
-            d.flush()
-            assert d.output == d.batch_join()
-            if not shared:
-                assert d.stale_dropped == d.expected_stale
+        wide = seed % 10 == 0
+        shape = Shape.draw(rng, wide)
+        try:
+            for batch in range(rng.randint(1, 6) + wide):
+                (load_batch if wide and batch == 0 else random_batch)(rng, d, shape)
+                d.flush()
+                assert d.output == d.batch_join()
+                if not shared:
+                    assert d.stale_dropped == d.expected_stale
+        finally:
+            d.close()
