@@ -23,6 +23,9 @@ class FkDriver:
     Every changelog row gets its own sequence number, unless
     ``shared_sequences``: then an update's ``-U``/``+U`` pair shares one, and
     a left and a right change share one until a side changes again. With
+    ``right_sequence_start``, the right table numbers its changes with a
+    counter of its own, from that number: the tables' numbers are then
+    unrelated, as two CDC logs' positions are. With
     ``shuffle``, each table's changelog rows are listed in random order, as
     Spark's shuffle may deliver them (the Spark tests write them so); only
     their numbers order them. The harness sorts by number and kind, keeping
@@ -37,7 +40,7 @@ class FkDriver:
     The driver also models what the subscription stage answers, to know how
     many responses the results stage must drop as stale (``expected_stale``):
     exact while the changes reach the join in the order they were made,
-    which holds when every change has its own number.
+    which holds when every change has its own number from one counter.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class FkDriver:
         right_before_images: bool = False,
         tie_break: random.Random | None = None,
         backend: str = "memory",
+        right_sequence_start: int | None = None,
     ) -> None:
         self.join = join
         self.shared_sequences = shared_sequences
@@ -63,6 +67,8 @@ class FkDriver:
         self.output: dict[Key, tuple[Any, ...]] = {}
         self._seq = 0
         self._sides_at_seq: set[int] = set()
+        #: The right table's own counter, if it numbers its changes itself.
+        self._right_seq = None if right_sequence_start is None else right_sequence_start - 1
         self._changes: list[list[tuple[tuple[Any, ...], str, int]]] = [[], []]
         self._lkey = [join.left.get_field_index(k) for k in join.left_key]
         self._okey = [join.output.get_field_index(k) for k in join.left_key]
@@ -75,6 +81,9 @@ class FkDriver:
 
     def _number(self, side: int) -> int:
         """The sequence number of the next change of ``side``."""
+        if side == 1 and self._right_seq is not None:
+            self._right_seq += 1
+            return self._right_seq
         if not self.shared_sequences or side in self._sides_at_seq:
             self._seq += 1
             self._sides_at_seq.clear()
