@@ -14,7 +14,7 @@ from fk_driver import FkDriver
 
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
 from operators._repartition import repartition
-from statestore._faults import InjectedFault, arm, inject
+from statestore._faults import arm, inject
 from tests.operators.test_repartition_spark import _append
 
 
@@ -225,11 +225,3 @@ class TestFkJoinThroughSpark:
         assert partitions == {
             (f"{join.name}-{stage}", p) for stage in ("subscriptions", "results") for p in range(3)
         }
-
-
-def test_injected_fault_is_the_runner_point() -> None:
-    """The driver's point between stages is a known fault point."""
-    with pytest.raises(InjectedFault), inject("runner.driver_between_stages"):
-        from statestore._faults import fault
-
-        fault("runner.driver_between_stages")
