@@ -38,10 +38,8 @@ def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[StageHarness, Itera
     harness.run_batch([_prepared(join, lefts[0]), rights[0]])
     pairs = zip(lefts[1:], rights[1:], strict=True)
     batches = iter([[_prepared(join, lt), rt] for lt, rt in pairs])
-    yield harness, batches
-    for stage in harness.partitions:
-        for partition in stage:
-            partition.close()
+    with harness:
+        yield harness, batches
 
 
 def test_change_batch_through_both_stages(

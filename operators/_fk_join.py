@@ -57,9 +57,14 @@ class FkJoin:
     ``left``'s order) that returns the FK or ``None``. ``how`` is ``"inner"``
     or ``"left"``. ``joiner`` maps ``(left_row, right_row or None)`` to an
     output row of schema ``output``; by default the output is the left row
-    followed by the right row. The output must hold the left key columns: it
-    is an upsert changelog keyed by them. ``sequence_column`` (int64, in both
-    inputs) orders each table's changes.
+    followed by the right row. The output must hold the left key columns,
+    and the joiner must keep K's values there: the output is an upsert
+    changelog keyed by them. ``sequence_column`` (int64, in both inputs)
+    orders each table's changes; either table's schema may hold it as one of
+    its columns (a changelog's own sequence number), but not as a key or the
+    FK: it is then part of the row the joiner sees, but not of the row's
+    identity (its hash), since a before-image carries the number of the
+    change that retracts it.
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class FkJoin:
                     f"the {table} table's key {list(cols)} must be columns of it; it has "
                     f"{schema.names}"
                 )
+        _check_sequence_column(sequence_column, left, left_key, right, right_key, foreign_key)
         fk_type = right.field(right_key).type
         if isinstance(foreign_key, str):
             if foreign_key not in left.names:
@@ -126,6 +132,22 @@ class FkJoin:
         self.name = name
         self.sequence_column = sequence_column
         self.fk_type = fk_type
+        #: The left columns that make a row's identity: all but the sequence column.
+        self._identity = [i for i, n in enumerate(left.names) if n != sequence_column]
+
+    def with_sequence(self, schema: pa.Schema) -> pa.Schema:
+        """``schema`` with the sequence column as a non-null int64: in its place
+        where ``schema`` holds it, last otherwise."""
+        seq = pa.field(self.sequence_column, pa.int64(), nullable=False)
+        if self.sequence_column not in schema.names:
+            return pa.schema([*schema, seq])
+        return pa.schema([seq if f.name == seq.name else f for f in schema])
+
+    def row_hash(self, row: Sequence[Any]) -> bytes:
+        """The hash of a left row (in ``left``'s order) without its sequence
+        column, if it has one: a ``-U``/``-D`` carries the number of the change
+        that retracts the row, not the one that added it."""
+        return left_row_hash([row[i] for i in self._identity])
 
     # -- preparing left rows -----------------------------------------------------------
 
@@ -142,7 +164,7 @@ class FkJoin:
         columns = [batch.column(n).to_pylist() for n in self.left.names]
         rows = list(zip(*columns, strict=True)) if columns else []
         fks = [self.foreign_key_of(r) for r in rows]
-        hashes = [left_row_hash(r) for r in rows]
+        hashes = [self.row_hash(r) for r in rows]
         try:
             fk_array = pa.array(fks, type=self.fk_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -229,6 +251,30 @@ def run_fk_join(
         query_name=query_name,
         log_level=log_level,
     )
+
+
+def _check_sequence_column(
+    name: str,
+    left: pa.Schema,
+    left_key: Sequence[str],
+    right: pa.Schema,
+    right_key: str,
+    foreign_key: str | Callable[[tuple[Any, ...]], Any],
+) -> None:
+    """Raise :class:`InputError` if the sequence column is a key or the FK,
+    or a table holds it as a column of another type than int64."""
+    if name in (*left_key, right_key, foreign_key):
+        raise InputError(
+            f"the sequence column {name!r} is a key or the foreign key of the join; it "
+            "numbers changes, so every change of a row would be another row: name another "
+            "column as sequence_column"
+        )
+    for table, schema in (("left", left), ("right", right)):
+        if name in schema.names and schema.field(name).type != pa.int64():
+            raise InputError(
+                f"the {table} table holds the sequence column {name!r} as "
+                f"{schema.field(name).type}; it must be int64: cast it"
+            )
 
 
 def _concatenate(right_width: int) -> Joiner:

@@ -39,7 +39,9 @@ class SubscriptionStage(Operator):
     unsubscribes K, answered by nothing (KAFKA-16394: an FK change must not
     produce a null result of its own). Input 1 is the right changelog: an
     insert, update or delete of FK answers every K subscribed to FK (a prefix
-    scan of ``FK | K``). ``-U`` is skipped: the ``+U`` after it replaces the row.
+    scan of ``FK | K``). A ``-U`` retracts the row as a ``-D`` does (it sorts
+    before its ``+U``, which may carry another FK): the old row must not keep
+    joining when an update moves it to another key.
     Every answer is a response ``(K, hash, right row or nulls, seq, order)``;
     ``order`` numbers the partition's responses as they are made, so the last
     one made for K is known even where rows share a sequence number.
@@ -53,7 +55,7 @@ class SubscriptionStage(Operator):
         digest = pa.field(HASH, pa.binary(), nullable=False)
         self.inputs = [
             pa.schema([pa.field(FK, join.fk_type), *keys, digest, seq]),
-            pa.schema([*join.right, seq]),
+            join.with_sequence(join.right),
         ]
         self.output = pa.schema(
             [
@@ -72,6 +74,8 @@ class SubscriptionStage(Operator):
             TableSchema(2, subscription, [FK, *join.left_key], name="subscriptions"),
         ]
         self._right_key = join.right.get_field_index(join.right_key)
+        self._right_width = len(join.right)
+        self._right_seq = self.inputs[1].get_field_index(join.sequence_column)
         self._no_right = (None,) * len(join.right)
         #: Per partition in progress: how many responses it has made.
         self._made: dict[int, int] = {}
@@ -112,9 +116,7 @@ class SubscriptionStage(Operator):
         self._respond(ctx, (*key, digest), right or self._no_right, seq)
 
     def _right_change(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
-        if kind is RowKind.UPDATE_BEFORE:
-            return
-        new, seq = row[:-1], row[-1]
+        new, seq = row[: self._right_width], row[self._right_seq]
         fk = new[self._right_key]
         if fk is None:
             raise InputError(
@@ -122,7 +124,7 @@ class SubscriptionStage(Operator):
                 f"{new!r}; the right table is keyed by it"
             )
         right = ctx.table("right")
-        if kind is RowKind.DELETE:
+        if kind.is_retract:
             if right.delete_key((fk,)) is None:
                 return
             answer = self._no_right
@@ -151,6 +153,8 @@ class _Pending:
     responses: dict[
         tuple[Any, ...], dict[bytes, tuple[tuple[int, int], tuple[Any, ...] | None]]
     ] = field(default_factory=dict)
+    #: For each K: per left-row hash, how many responses came.
+    counts: dict[tuple[Any, ...], dict[bytes, int]] = field(default_factory=dict)
 
 
 class ResultStage(Operator):
@@ -161,9 +165,10 @@ class ResultStage(Operator):
     ``+U`` add one where none is. Input 1 is the responses. At the end of the
     batch each touched K is resolved against its left row as it then stands:
     only a response with that row's hash counts (the newest: by sequence, then
-    by the order the subscription stage made them); the others were computed
-    for an older version of the row and are dropped
-    (``numResultsDroppedAsStale``). Each touched K gets one output row: its
+    by the order the subscription stage made them). The responses with
+    another hash were computed for an older version of the row (every one, if
+    K has no row or no FK): they are dropped, each counted in
+    ``numResultsDroppedAsStale``. Each touched K gets one output row: its
     joined row (``+I``, or ``+U`` over an earlier one), or a delete if it had
     an output and has no result now.
     """
@@ -171,11 +176,14 @@ class ResultStage(Operator):
     def __init__(self, join: FkJoin) -> None:
         self.join = join
         self.name = f"{join.name}-results"
-        seq = pa.field(join.sequence_column, pa.int64(), nullable=False)
         fk = pa.field(FK, join.fk_type)
         digest = pa.field(HASH, pa.binary(), nullable=False)
+        # The left row, its FK and hash, then the sequence column unless the
+        # row holds it: a row's first width + 2 values are what the table keeps.
+        width = len(join.left)
+        left = list(join.with_sequence(join.left))
         self.inputs = [
-            pa.schema([*join.left, fk, digest, seq]),
+            pa.schema([*left[:width], fk, digest, *left[width:]]),
             SubscriptionStage(join).output,
         ]
         self.output = join.output
@@ -205,6 +213,8 @@ class ResultStage(Operator):
             key, digest, right, made = row[:n], row[n], row[n + 1 : -2], (row[-2], row[-1])
             pending.touched[key] = None
             answers = pending.responses.setdefault(key, {})
+            counts = pending.counts.setdefault(key, {})
+            counts[digest] = counts.get(digest, 0) + 1
             # Responses for one row (one hash, so one FK) all come from one
             # subscription partition, which made them in sequence order.
             if digest not in answers or answers[digest][0] < made:
@@ -231,7 +241,7 @@ class ResultStage(Operator):
                     "ordered by the sequence column"
                 )
             pending.prior.setdefault(key, False)
-            table.insert((*row[:-1], False))
+            table.insert((*row[: self._width + 2], False))
 
     def close(self, ctx: OperatorContext) -> None:
         pending = self._pending.pop(id(ctx), _Pending())
@@ -243,15 +253,17 @@ class ResultStage(Operator):
         table = ctx.table("left")
         row = table.get_row(key)
         answers = pending.responses.get(key, {})
+        counts = pending.counts.get(key, {})
         prior = pending.prior[key] if key in pending.prior else bool(row and row[-1])
         result = None
         if row is None or row[self._width] is None:
-            stale = len(answers)
+            stale = sum(counts.values())
             if row is not None and self.join.how == "left":
                 result = self.join.joiner(row[: self._width], None)
         else:
-            match = answers.get(row[self._width + 1])
-            stale = len(answers) - (match is not None)
+            digest = row[self._width + 1]
+            match = answers.get(digest)
+            stale = sum(counts.values()) - counts.get(digest, 0)
             if match is None:
                 if key in pending.prior:
                     raise RunnerError(
@@ -266,12 +278,28 @@ class ResultStage(Operator):
         if stale:
             ctx.count("numResultsDroppedAsStale", stale)
         if result is not None:
-            ctx.emit(tuple(result), RowKind.UPDATE_AFTER if prior else RowKind.INSERT)
+            result = tuple(result)
+            self._check_key(key, result)
+            ctx.emit(result, RowKind.UPDATE_AFTER if prior else RowKind.INSERT)
         elif prior:
             ctx.emit(self._delete(key), RowKind.DELETE)
         emitted = result is not None
         if row is not None and row[-1] != emitted:
             table.update(row, (*row[:-1], emitted))
+
+    def _check_key(self, key: tuple[Any, ...], result: tuple[Any, ...]) -> None:
+        """Raise :class:`InputError` unless the joiner kept K in ``result``: the
+        output is keyed by K, so another key would add a row for a key that no
+        later change of K updates or deletes."""
+        if len(result) != len(self.output):
+            return  # the runner refuses the row with its own message
+        got = tuple(result[i] for i in self._out_keys)
+        if got != key:
+            raise InputError(
+                f"operator {self.name!r}: the joiner returned left key {got!r} for the row "
+                f"of left key {key!r}; the output is keyed by {list(self.join.left_key)}, "
+                "so the joiner must keep those columns' values"
+            )
 
     def _delete(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
         out: list[Any] = [None] * len(self.output)

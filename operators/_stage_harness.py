@@ -8,11 +8,13 @@ partition's rows by the sequence column (at one number, retractions first),
 feed them to that partition's :class:`~operators.testing.OperatorHarness`, and
 commit. Partitions of different stages hash different keys, so a protocol
 between stages (the foreign-key join's subscriptions and responses) really
-crosses partitions.
+crosses partitions. Spark's sort is not stable: rows that tie (one number,
+one kind) may come in either order, so ``tie_break`` orders ties at random.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
@@ -30,7 +32,9 @@ __all__ = ["StageHarness"]
 class StageHarness:
     """Runs ``stages`` over ``inputs`` query inputs, each stage on
     ``partitions`` partitions (one count, or one per stage), rows ordered by
-    ``sequence_column`` (where a source names none of its own)."""
+    ``sequence_column`` (where a source names none of its own). Rows that
+    tie keep their input order, side 0's first, unless ``tie_break`` is
+    given: then ties come in an order it draws, as Spark's sort may give them."""
 
     def __init__(
         self,
@@ -39,6 +43,7 @@ class StageHarness:
         partitions: int | Sequence[int],
         sequence_column: str,
         backend: str = "memory",
+        tie_break: random.Random | None = None,
     ) -> None:
         from operators.testing import OperatorHarness
 
@@ -49,6 +54,7 @@ class StageHarness:
         self.stages = list(stages)
         self.inputs = inputs
         self.sequence_column = sequence_column
+        self.tie_break = tie_break
         self.partitions = [
             [OperatorHarness(s.operator, backend, partition_id=p) for p in range(n)]
             for s, n in zip(stages, counts, strict=True)
@@ -66,6 +72,18 @@ class StageHarness:
         for stage, harnesses in zip(self.stages, self.partitions, strict=True):
             outputs.append(self._run_stage(stage, harnesses, inputs, outputs))
         return outputs[-1]
+
+    def close(self) -> None:
+        """Release every partition's state (and temporary directories)."""
+        for harnesses in self.partitions:
+            for harness in harnesses:
+                harness.close()
+
+    def __enter__(self) -> StageHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _run_stage(
         self,
@@ -97,7 +115,10 @@ class StageHarness:
         emitted: list[pa.RecordBatch] = []
         for harness, rows in zip(harnesses, routed, strict=True):
             harness.output.clear()
-            # Stable: rows with one sequence number and kind keep side order.
+            if self.tie_break is not None:
+                self.tie_break.shuffle(rows)
+            # Stable: rows with one sequence number and kind keep side order,
+            # or the shuffled order.
             rows.sort(key=itemgetter(2, 0, 1) if stage.sides_in_turn else itemgetter(0, 1))
             start = 0
             for i in range(1, len(rows) + 1):

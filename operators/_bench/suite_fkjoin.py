@@ -6,7 +6,12 @@ At each size a left table of N rows (K, FK, payload) and a right table of
 N/10 rows are loaded in a first micro-batch; then a fixed number of changes per
 batch follow (left rows moving to another FK, as ``-U``/``+U`` pairs, and
 right rows updated). relstate's cost per change batch should follow the
-changes; the baseline's follows the tables.
+changes; the baseline's follows the tables. A second sweep holds one table
+size and varies the changes per batch (right updates a fifth of the left
+moves): there relstate's cost should grow with the changes and the
+baseline's stay flat. relstate's output after the last batch, applied as an
+upsert changelog, is checked once against the baseline's join (the suite
+fails if they differ).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,10 +54,38 @@ class _Plan:
     #: Partitions of each stage, and Spark's shuffle partitions: one per core
     #: of the benchmark machine (more only queue their tasks).
     partitions: int = 2
+    #: The changes sweep: one left table size, several left moves per batch.
+    sweep_size: int = 0
+    sweep_changes: tuple[int, ...] = ()
+
+    def points(self) -> list[tuple[bool, _Plan]]:
+        """One plan per comparison: each size, then (marked ``True``) each
+        changes count of the sweep, right updates a fifth of the left moves."""
+        runs = [(False, replace(self, sizes=(n,))) for n in self.sizes]
+        for moves in self.sweep_changes:
+            point = replace(self, sizes=(self.sweep_size,), left_changes=moves)
+            runs.append((True, replace(point, right_changes=max(moves // 5, 1))))
+        return runs
 
 
-_FULL = _Plan((10_000, 100_000, 300_000, 1_000_000), 1_000, 200, 3)
-_QUICK = _Plan((2_000,), 200, 50, 1)
+@dataclass(frozen=True)
+class _Times:
+    """One run's initial load, and each change batch, on each side."""
+
+    load: float
+    relstate: list[float]
+    baseline: list[float]
+
+
+_FULL = _Plan(
+    (10_000, 100_000, 300_000, 1_000_000),
+    1_000,
+    200,
+    3,
+    sweep_size=100_000,
+    sweep_changes=(100, 1_000, 10_000),
+)
+_QUICK = _Plan((2_000,), 200, 40, 1, sweep_size=2_000, sweep_changes=(20, 200))
 
 
 def _changelogs(n: int, plan: _Plan, seed: int) -> tuple[list[pa.Table], list[pa.Table]]:
@@ -125,20 +159,38 @@ def _relstate(
     return times[0], times[1:]
 
 
-def _current(spark: SparkSession, paths: list[str]) -> DataFrame:
-    """A table as it stands after the changelog files ``paths``: the newest
-    row per key, deletes dropped."""
+def _as_it_stands(changes: DataFrame, order: str) -> DataFrame:
+    """A table as an upsert changelog keyed by its first column leaves it:
+    the newest row per key by ``order``, deletes dropped."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    changes = spark.read.parquet(*paths)
     key = changes.columns[0]
-    newest = Window.partitionBy(key).orderBy(F.col("seq").desc())
+    newest = Window.partitionBy(key).orderBy(F.col(order).desc())
     return (
         changes.withColumn("__n", F.row_number().over(newest))
         .where((F.col("__n") == 1) & (F.col("row_kind") != "-D"))
-        .drop("__n", "seq", "row_kind")
+        .drop("__n", order, "row_kind")
     )
+
+
+def _current(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """A table as it stands after the changelog files ``paths``."""
+    return _as_it_stands(spark.read.parquet(*paths), "seq")
+
+
+def _check_output(spark: SparkSession, root: Path) -> None:
+    """Raise unless relstate's output, applied batch by batch, equals the
+    baseline's join of the tables after the last batch."""
+    ours = _as_it_stands(spark.read.parquet(str(root / "out")), "batch")
+    theirs = spark.read.parquet(str(root / "baseline")).select(*ours.columns)
+    missing, extra = theirs.exceptAll(ours).count(), ours.exceptAll(theirs).count()
+    if missing or extra:
+        raise RuntimeError(
+            f"the FK join's output after the last batch differs from the baseline's join "
+            f"({missing} rows missing, {extra} extra, in {root}); the comparison would not "
+            "be of the same work"
+        )
 
 
 def _baseline(spark: SparkSession, root: Path, batches: int) -> list[float]:
@@ -157,39 +209,55 @@ def _baseline(spark: SparkSession, root: Path, batches: int) -> list[float]:
     return times
 
 
+def _measure(
+    spark: SparkSession, root: Path, join: FkJoin, point: _Plan, progress: Callable[[str], None]
+) -> _Times:
+    """Run ``point``'s changelogs through relstate and the baseline;
+    ``progress`` hears which one starts."""
+    n = point.sizes[0]
+    shutil.rmtree(root, ignore_errors=True)
+    lefts, rights = _changelogs(n, point, seed=n)
+    write_batches(root / "in0", lefts, prefix="part")
+    write_batches(root / "in1", rights, prefix="part")
+    progress("relstate")
+    load, ours = _relstate(spark, root, join, point.partitions)
+    progress(BASELINE)
+    return _Times(load, ours, _baseline(spark, root, point.batches))
+
+
 def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
-    """Time both at each size; one comparison per size."""
+    """Time both at each size and each changes count of the sweep (a point
+    in both is run once); one comparison per point. The first run's output
+    is checked against the baseline's join."""
     from operators._spark import local_spark
 
     plan = _QUICK if quick else _FULL
     shuffle = {"spark.sql.shuffle.partitions": str(plan.partitions)}
     spark = local_spark("relstate-bench-fkjoin", shuffle)
     join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="left")
-    changes = 2 * plan.left_changes + plan.right_changes
+    times: dict[_Plan, _Times] = {}
     comparisons, readings = [], []
-    for n in plan.sizes:
-        root = workdir / f"n{n}"
-        shutil.rmtree(root, ignore_errors=True)
-        lefts, rights = _changelogs(n, plan, seed=n)
-        write_batches(root / "in0", lefts, prefix="part")
-        write_batches(root / "in1", rights, prefix="part")
-        progress(f"{n:,} left rows: relstate")
-        load, ours = _relstate(spark, root, join, plan.partitions)
-        progress(f"{n:,} left rows: {BASELINE}")
-        theirs = _baseline(spark, root, plan.batches)
-        comparisons.append(
-            Comparison(
-                f"{n:,} left + {n // 10:,} right rows, one change batch",
-                changes,
-                sum(ours) / len(ours),
-                sum(theirs) / len(theirs),
-                BASELINE,
-                goal=1.0 if n >= 100_000 else None,
-            )
+    for sweep, point in plan.points():
+        n = point.sizes[0]
+        changes = 2 * point.left_changes + point.right_changes
+        what = f"{n:,} rows, {changes:,} changes per batch"
+        if point not in times:
+            root = workdir / f"n{n}-c{point.left_changes}"
+            times[point] = t = _measure(spark, root, join, point, partial(_step, progress, what))
+            if len(times) == 1:
+                _check_output(spark, root)
+            readings.append((f"{what}: initial load through relstate", f"{t.load:.2f} s"))
+            readings.append((f"{what}: relstate per batch", _seconds(t.relstate)))
+            readings.append((f"{what}: baseline per batch", _seconds(t.baseline)))
+        t = times[point]
+        name = (
+            f"{n:,} left rows, {changes:,} changes per batch"
+            if sweep
+            else f"{n:,} left + {n // 10:,} right rows, one change batch"
         )
-        readings.append((f"{n:,} rows: initial load through relstate", f"{load:.2f} s"))
-        readings.append((f"{n:,} rows: relstate per batch", _seconds(ours)))
-        readings.append((f"{n:,} rows: baseline per batch", _seconds(theirs)))
+        goal = 1.0 if n >= 100_000 and not sweep else None
+        relstate, baseline = sum(t.relstate) / len(t.relstate), sum(t.baseline) / len(t.baseline)
+        comparisons.append(Comparison(name, changes, relstate, baseline, BASELINE, goal))
     spark.stop()
     return SuiteResult(
         suite="fkjoin",
@@ -198,6 +266,10 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         comparisons=comparisons,
         readings=readings,
     )
+
+
+def _step(progress: Callable[[str], None], what: str, step: str) -> None:
+    progress(f"{what}: {step}")
 
 
 def _seconds(times: list[float]) -> str:

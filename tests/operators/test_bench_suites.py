@@ -7,6 +7,7 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,40 @@ class TestSuiteCommand:
         assert main(["bench", "--suite", "nope"]) == 2
         err = capsys.readouterr().err
         assert "no benchmark suite 'nope'" in err and "'store'" in err and "'dedup'" in err
+
+
+class TestFkJoinSuite:
+    def test_changes_sweep_holds_the_table_size(self) -> None:
+        """After the size sweep, the fkjoin suite runs one table size with
+        more and more changes per batch (right updates a fifth of the moves)."""
+        from operators._bench.suite_fkjoin import _FULL
+
+        sweep = [p for swept, p in _FULL.points() if swept]
+        assert [p.sizes for p in sweep] == [(_FULL.sweep_size,)] * len(_FULL.sweep_changes)
+        assert [(p.left_changes, p.right_changes) for p in sweep] == [
+            (c, c // 5) for c in _FULL.sweep_changes
+        ]
+        assert sorted(p.left_changes for p in sweep) == [p.left_changes for p in sweep]
+
+    @pytest.mark.spark
+    def test_output_check_compares_with_the_baseline(self, spark: Any, tmp_path: Path) -> None:
+        """The suite's check passes when relstate's output, applied batch by
+        batch, is the baseline's join, and raises when a row differs."""
+        from operators._bench.suite_fkjoin import _check_output
+
+        rows = ["id", "fk", "payload", "rid", "rval"]
+        out = [*rows, "row_kind"]
+        baseline = [(1, 1, "a", 1, "r"), (2, 1, "b", 1, "r")]
+        spark.createDataFrame(baseline, rows).write.parquet(str(tmp_path / "baseline"))
+        spark.createDataFrame(
+            [(1, 2, "a", 2, "old", "+I"), (2, 1, "b", 1, "r", "+I")], out
+        ).write.parquet(str(tmp_path / "out" / "batch=0"))
+        spark.createDataFrame([(1, 1, "a", 1, "r", "+U")], out).write.parquet(
+            str(tmp_path / "out" / "batch=1")
+        )
+        _check_output(spark, tmp_path)
+        spark.createDataFrame([(2, 1, "b", 1, "other", "+U")], out).write.parquet(
+            str(tmp_path / "out" / "batch=2")
+        )
+        with pytest.raises(RuntimeError, match="1 rows missing, 1 extra"):
+            _check_output(spark, tmp_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pytest
@@ -14,7 +14,7 @@ from fk_driver import FkDriver
 
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
 from operators._repartition import repartition
-from statestore._faults import InjectedFault, arm, inject
+from statestore._faults import arm, inject
 from tests.operators.test_repartition_spark import _append
 
 
@@ -32,6 +32,8 @@ _pickle_by_value()
 
 LEFT = pa.schema([("id", pa.int64()), ("fk", pa.int64()), ("payload", pa.string())])
 RIGHT = pa.schema([("rid", pa.int64()), ("rval", pa.string())])
+#: The left table holding its changelog's sequence numbers as a column.
+LEFT_SEQ = pa.schema([*LEFT, ("seq", pa.int64())])
 
 
 def _fk_unless_z(row: tuple[Any, ...]) -> int | None:
@@ -39,16 +41,27 @@ def _fk_unless_z(row: tuple[Any, ...]) -> int | None:
     return None if row[2] == "z" else row[1]
 
 
-def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]], list[Any], int]:
-    """Random changes of both tables, ``batches`` times: each batch's two
-    changelogs (never empty, so one file per side per batch), the batch join
-    of the tables as they stand after it, by K, and the number of left rows
-    with an FK at the end (the subscriptions). Sequence numbers are shared
-    between the tables and within update pairs, and each changelog's rows are
-    shuffled: only the numbers order them."""
+class _Workload(NamedTuple):
+    """Random changes of both tables and what the join must make of them."""
+
+    #: Each batch's two changelogs (never empty: one file per side per batch).
+    changes: list[list[pa.Table]]
+    #: The batch join of the tables as they stand after each batch, by K.
+    joins: list[dict[Any, tuple[Any, ...]]]
+    #: Left rows with an FK at the end: the subscriptions.
+    subscriptions: int
+    #: Responses each batch must drop as stale (exact unless ``shared``).
+    stale: list[int]
+
+
+def _changes(join: FkJoin, seed: int, batches: int, shared: bool = True) -> _Workload:
+    """Random changes of both tables, ``batches`` times; right updates are
+    -U/+U pairs, some of which move a row to another key. With ``shared``,
+    sequence numbers are shared between the tables and within update pairs.
+    Each changelog's rows are shuffled: only the numbers order them."""
     rng = random.Random(seed)
-    d = FkDriver(join, shared_sequences=True, shuffle=rng)
-    changes, joins = [], []
+    d = FkDriver(join, shared_sequences=shared, shuffle=rng, right_before_images=True)
+    changes, joins, stale = [], [], []
     for _ in range(batches):
         for _ in range(rng.randint(5, 25)):
             if rng.random() < 0.5:
@@ -56,9 +69,13 @@ def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]
                 d.upsert_left((rng.randrange(40), fk, rng.choice("xyz")))
             elif rng.random() < 0.2 and d.left:
                 d.delete_left(rng.choice(sorted(d.left)))
-            elif rng.random() < 0.8:
+            elif rng.random() < 0.7:
                 fk = rng.randrange(8)
                 d.upsert_right((fk, f"r{fk}.{rng.randrange(4)}"))
+            elif rng.random() < 0.5 and 0 < len(d.right) < 8:
+                fk = rng.choice(sorted(d.right))
+                free = rng.choice([f for f in range(8) if f not in d.right])
+                d.update_right(fk, (free, f"r{fk}.moved"))
             elif d.right:
                 d.delete_right(rng.choice(sorted(d.right)))
         d.upsert_left((rng.randrange(40), 0, "x"))
@@ -67,8 +84,9 @@ def _changes(join: FkJoin, seed: int, batches: int) -> tuple[list[list[pa.Table]
         assert left is not None and right is not None
         changes.append([left, right])
         joins.append({k[0]: v for k, v in d.batch_join().items()})
+        stale.append(d.expected_stale)
     subscriptions = sum(join.foreign_key_of(row) is not None for row in d.left.values())
-    return changes, joins, subscriptions
+    return _Workload(changes, joins, subscriptions, stale)
 
 
 def _write(root: Path, batches: list[list[pa.Table]], first: int = 0) -> None:
@@ -128,15 +146,20 @@ def _materialised(spark: Any, sink: ParquetSink, join: FkJoin) -> list[dict[Any,
 class TestFkJoinThroughSpark:
     def test_output_after_each_batch_equals_batch_join(self, spark: Any, tmp_path: Path) -> None:
         """Three batches of random changes to both tables (FK changes, null
-        FKs, a hot FK, left and right deletes, shared sequence numbers), three
-        partitions per stage: after each batch the materialised output equals
-        the batch join, and the subscriptions are the left rows with an FK."""
-        join = FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
-        changes, joins, subscriptions = _changes(join, seed=7, batches=3)
-        sink, query = _run(spark, tmp_path, join, changes)
-        assert _materialised(spark, sink, join) == joins
+        FKs, a hot FK, left and right deletes; the left rows hold their own
+        sequence numbers), three partitions per stage: after each batch the
+        materialised output equals the batch join, each batch drops as stale
+        every response computed for another left row than K's, and the
+        subscriptions are the left rows with an FK."""
+        join = FkJoin(LEFT_SEQ, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
+        work = _changes(join, seed=7, batches=3, shared=False)
+        assert sum(work.stale) > 0
+        sink, query = _run(spark, tmp_path, join, work.changes)
+        assert _materialised(spark, sink, join) == work.joins
+        stale = [b["metrics"].get("numResultsDroppedAsStale", 0) for b in query.history]
+        assert stale == work.stale
         metrics = query.last_metrics
-        assert metrics["numSubscriptionRows"] == subscriptions
+        assert metrics["numSubscriptionRows"] == work.subscriptions
         assert metrics["numOutputRows"] == metrics["fkjoin-results.numOutputRows"]
 
     def test_crash_between_stages_and_after_a_commit(
@@ -146,7 +169,7 @@ class TestFkJoinThroughSpark:
         driver fails between the two stages of batch 1; run again, the
         query's output after each batch equals an undisturbed run's."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="inner")
-        changes, joins, _ = _changes(join, seed=11, batches=3)
+        changes, joins, _, _ = _changes(join, seed=11, batches=3)
         arm(str(fault_dir), "runner.task_after_commit")
         with (
             inject("runner.driver_between_stages", nth=2),
@@ -164,8 +187,8 @@ class TestFkJoinThroughSpark:
         resumed query's output after every batch still equals the batch join,
         and its state reads from 3 partitions."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
-        changes, joins, subscriptions = _changes(join, seed=23, batches=4)
-        _, _, subscribed_at_two = _changes(join, seed=23, batches=2)
+        changes, joins, subscriptions, _ = _changes(join, seed=23, batches=4)
+        subscribed_at_two = _changes(join, seed=23, batches=2).subscriptions
         checkpoint = str(tmp_path / "ck")
 
         def state(table: str) -> Any:
@@ -202,11 +225,3 @@ class TestFkJoinThroughSpark:
         assert partitions == {
             (f"{join.name}-{stage}", p) for stage in ("subscriptions", "results") for p in range(3)
         }
-
-
-def test_injected_fault_is_the_runner_point() -> None:
-    """The driver's point between stages is a known fault point."""
-    with pytest.raises(InjectedFault), inject("runner.driver_between_stages"):
-        from statestore._faults import fault
-
-        fault("runner.driver_between_stages")

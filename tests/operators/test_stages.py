@@ -4,17 +4,20 @@ that hold every stage's winners, and the metrics of a multi-stage batch."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from operators import FkJoin, InputError, Source, Stage
+from operators import FkJoin, InputError, Operator, OperatorContext, RowKind, Source, Stage
 from operators._runner import _BatchRecord, _Driver, _Plan
 from operators._stage_runner import _stage_meta
 from operators._stages import check_stages
 from operators._task import state_tables
 from operators.examples import RunningAggregate
+from operators.testing import StageHarness
 from statestore import PartitionCheckpoint, StateStore, StoreConfig
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
@@ -55,6 +58,42 @@ class TestCheckStages:
         stage = Stage(RunningAggregate(), (Source(0, ("key",)), Source(0, ("key",))))
         with pytest.raises(InputError, match="1 input"):
             check_stages([stage], 1)
+
+
+class _Arrivals(Operator):
+    """Emits each row of either side as it arrives: the order it was fed."""
+
+    name = "arrivals"
+    inputs = (SCHEMA, SCHEMA)
+    output = SCHEMA
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        ctx.emit(row)
+
+
+def _arrival_order(tie_break: random.Random | None) -> list[str]:
+    """The order one partition gets a row of each side with one number,
+    and a row with the next number."""
+    stage = Stage(_Arrivals(), (Source(0, ("k",)), Source(1, ("k",))))
+    harness = StageHarness([stage], 2, 1, "seq", tie_break=tie_break)
+    left = pa.table({"k": [1, 1], "v": ["left", "left-later"], "seq": [5, 6]})
+    right = pa.table({"k": [1], "v": ["right"], "seq": [5]})
+    return harness.run_batch([left, right]).column("v").to_pylist()
+
+
+class TestStageHarness:
+    def test_ties_come_in_side_order_without_tie_break(self) -> None:
+        """Without tie_break, of two rows with one number and kind, side 0's
+        comes first, every time."""
+        assert _arrival_order(None) == ["left", "right", "left-later"]
+
+    def test_tie_break_orders_ties_both_ways(self) -> None:
+        """With tie_break, tied rows come in either order (over a few
+        draws), and rows with different numbers stay in order."""
+        orders = {tuple(_arrival_order(random.Random(seed))) for seed in range(20)}
+        assert orders == {("left", "right", "left-later"), ("right", "left", "left-later")}
 
 
 def _committed(location: str, name: str, version: int) -> str:
