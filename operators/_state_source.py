@@ -1,8 +1,8 @@
 """``spark.read.format("relstate-state")`` and ``format("relstate-metadata")``:
 PySpark Python data sources over :mod:`operators._state_read`.
 
-Register them once per session with :func:`register_sources` (the sessions of
-``relstate demo`` and the tests register them already)::
+Register them once per session with :func:`operators.register_sources` (the
+sessions of ``relstate demo`` and the tests register them already)::
 
     register_sources(spark)
     spark.read.format("relstate-state").option("path", checkpoint) \\
@@ -39,16 +39,9 @@ from operators.errors import InputError
 from statestore._filesystems import S3_OPTIONS
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["MetadataSource", "StateSource", "register_sources"]
-
-
-def register_sources(spark: SparkSession) -> None:
-    """Make ``relstate-state`` and ``relstate-metadata`` readable in ``spark``."""
-    spark.dataSource.register(StateSource)
-    spark.dataSource.register(MetadataSource)
+__all__ = ["MetadataSource", "StateSource"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""The state readers without Spark, on state built by the harness:
+`relstate inspect` where PySpark cannot be imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from operators._spark_hash import spark_partition
+from operators.examples import RunningAggregate
+from operators.testing import OperatorHarness
+from tests.operators._harness_state import harness_state
+
+REPO = Path(__file__).parents[2]
+OPERATOR = "running_aggregate"
+KEYS = [f"k{i:02d}" for i in range(12)]
+
+#: Run as ``python -c``: make every import of pyspark fail, then run the
+#: relstate command with the arguments.
+WITHOUT_PYSPARK = """
+import sys
+
+class NoPySpark:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ImportError(f"{name} is blocked by the test")
+        return None
+
+sys.meta_path.insert(0, NoPySpark())
+from operators.cli import main
+
+code = main(sys.argv[1:])
+assert not any(m.split(".")[0] == "pyspark" for m in sys.modules)
+sys.exit(code)
+"""
+
+
+def aggregate_feed(harness: OperatorHarness, partition: int, batch: int) -> None:
+    """Batch ``batch``'s values for the keys Spark hashes to ``partition``."""
+    mine = [k for k in KEYS if spark_partition([k], [pa.string()], 2) == partition]
+    harness.process_rows([(k, batch * 10 + i) for i, k in enumerate(mine)])
+
+
+@pytest.fixture
+def aggregates(tmp_path: Path) -> Path:
+    """RunningAggregate's state on 2 partitions after batches 0..2."""
+    return harness_state(tmp_path, RunningAggregate, aggregate_feed)
+
+
+def run_without_pyspark(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYSPARK, *args],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+class TestInspectWithoutSpark:
+    def test_metadata_and_rows_where_pyspark_cannot_be_imported(self, aggregates: Path) -> None:
+        """`relstate inspect` prints the metadata and a table's rows in a
+        process where every import of pyspark fails."""
+        proc = run_without_pyspark("inspect", str(aggregates))
+        assert proc.returncode == 0, proc.stderr
+        assert "batches recorded: 0..2 (latest committed 2" in proc.stdout
+        assert f"operator {OPERATOR}" in proc.stdout
+        parts = [line.split() for line in proc.stdout.splitlines() if line.startswith("  0 ")]
+        assert parts and parts[0][1] == "2" and parts[0][3] == "0..2"
+        proc = run_without_pyspark("inspect", str(aggregates), "--table", "aggregates")
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0] == f"operator {OPERATOR}, table aggregates, latest committed batch: " + (
+            f"{len(KEYS)} row(s) shown"
+        )
+        totals = {line.split()[0]: line.split()[1:] for line in lines[3:]}
+        assert totals == {k: ["3", str(sum(b * 10 + i for b in range(3)))] for k, i in _slots()}
+
+
+def _slots() -> list[tuple[str, int]]:
+    """Each key with its place among its partition's keys (its value offset)."""
+    out = []
+    for p in (0, 1):
+        mine = [k for k in KEYS if spark_partition([k], [pa.string()], 2) == p]
+        out += [(k, i) for i, k in enumerate(mine)]
+    return out
