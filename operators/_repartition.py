@@ -187,7 +187,7 @@ def repartition(
     batch = location.latest_batch()
     if query is None or batch is None:
         raise InputError(
-            f"the state at {path} has no committed batch recorded by the runner; there is "
+            f"the state at {location.path} has no committed batch recorded by the runner; there is "
             "nothing to repartition"
         )
     record_path = posixpath.join(root, RUNNER, "batches", f"{batch:020d}.json")
@@ -195,7 +195,7 @@ def repartition(
     stage_keys = _stage_keys(location, query, record)
     old = int(query["partitions"])
     if old == partitions:
-        raise InputError(f"the state at {path} has {old} partitions already")
+        raise InputError(f"the state at {location.path} has {old} partitions already")
     # Check every operator's tables before anything is written.
     placements = {}
     for operator, key_types in stage_keys.items():

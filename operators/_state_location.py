@@ -22,7 +22,7 @@ from encoding import TableSchema
 from encoding._schema import Direction, KeyColumn, NullOrder
 from operators.errors import InputError
 from statestore import PartitionCheckpoint, VersionNotFoundError
-from statestore._filesystems import filesystem_for
+from statestore._filesystems import filesystem_for, redact
 from statestore._manifest import Manifest
 from statestore._metadata import TableMeta
 
@@ -68,12 +68,13 @@ class StateLocation:
 
     def __init__(self, path: str, options: Mapping[str, str] | None = None) -> None:
         fs, root = self.resolve_root(path, options)
+        #: ``path`` as it may be printed: without credentials.
+        self.path = redact(path)
         if fs.get_file_info(root).type != pafs.FileType.Directory:
             raise InputError(
-                f"there is no relstate state at {path}: give a query's checkpoint "
+                f"there is no relstate state at {self.path}: give a query's checkpoint "
                 "directory or its state location"
             )
-        self.path = path
         self.fs = fs
         self.root = root
 

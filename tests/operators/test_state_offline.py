@@ -1,18 +1,26 @@
 """The state readers without Spark, on state built by the harness:
-`relstate inspect` where PySpark cannot be imported."""
+`relstate inspect` where PySpark cannot be imported, and locations printed
+without their credentials."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from operators import cli
+from operators._repartition import repartition
 from operators._spark_hash import spark_partition
+from operators._state_location import StateLocation
+from operators._state_read import read_rows
+from operators.errors import InputError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
+from tests._s3 import BUCKET, MotoS3
 from tests.operators._harness_state import harness_state
 
 REPO = Path(__file__).parents[2]
@@ -89,3 +97,34 @@ def _slots() -> list[tuple[str, int]]:
         mine = [k for k in KEYS if spark_partition([k], [pa.string()], 2) == p]
         out += [(k, i) for i, k in enumerate(mine)]
     return out
+
+
+class TestCredentialsNotPrinted:
+    def test_inspect_and_errors_redact_the_uri(
+        self, aggregates: Path, s3: MotoS3, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A location with KEY:SECRET@ in its URI is printed without them by
+        `relstate inspect` and in the errors of the readers and of
+        repartition."""
+        prefix = f"secret-{uuid.uuid4().hex}"
+        s3.upload(aggregates, s3.uri(prefix))
+        uri = s3.uri(prefix).replace("test:test@", "AKIDLEAK:SECRETLEAK@")
+        assert cli.main(["inspect", uri]) == 0
+        out = capsys.readouterr().out
+        assert f"state at s3://***@{BUCKET}/{prefix}?endpoint_override=" in out
+        assert cli.main(["inspect", uri, "--operator", "nope"]) == 2
+        err = capsys.readouterr().err
+        assert "holds operators" in err and "s3://***@" in err
+        errors = []
+        location = StateLocation(uri)
+        meta = location.table(OPERATOR, "aggregates")
+        for call in (
+            lambda: read_rows(location, OPERATOR, meta, 0, batch_id=7),
+            lambda: repartition(uri, 2),
+            lambda: StateLocation(uri.replace(prefix, "nothing-here")),
+        ):
+            with pytest.raises(InputError) as info:
+                call()
+            errors.append(str(info.value))
+        for text in [out, err, *errors]:
+            assert "AKIDLEAK" not in text and "SECRETLEAK" not in text
