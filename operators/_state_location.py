@@ -248,3 +248,19 @@ class StateLocation:
             if meta.name == name:
                 return meta
         raise InputError(f"operator {operator!r} has tables {names}, not {name!r}")
+
+    def side_table(self, operator: str, side: str, batch_id: int | None = None) -> TableMeta:
+        """The table of a join's ``side`` (``left`` or ``right``): the table
+        of that name (``StreamingJoin``, the FK join's stages), or
+        ``{side}_rows`` (``AppendJoin``, whose ``{side}_index`` only orders
+        them by time)."""
+        metas = self.tables(operator, batch_id)
+        for name in (side, f"{side}_rows"):
+            for meta in metas:
+                if meta.name == name:
+                    return meta
+        raise InputError(
+            f"operator {operator!r} has tables {[m.name for m in metas]}, none of them the "
+            f"{side} side of a join ({side!r} or {f'{side}_rows'!r}); name a table (option "
+            "'table')"
+        )

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -21,7 +22,13 @@ from operators.errors import InputError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
 from tests._s3 import BUCKET, MotoS3
-from tests.operators._harness_state import harness_state
+from tests.operators._harness_state import (
+    append_feed,
+    append_join,
+    harness_state,
+    join_feed,
+    streaming_join,
+)
 
 REPO = Path(__file__).parents[2]
 OPERATOR = "running_aggregate"
@@ -128,3 +135,27 @@ class TestCredentialsNotPrinted:
             errors.append(str(info.value))
         for text in [out, err, *errors]:
             assert "AKIDLEAK" not in text and "SECRETLEAK" not in text
+
+
+class TestJoinSide:
+    @pytest.mark.parametrize(
+        ("make", "feed", "tables"),
+        [
+            (streaming_join, join_feed, ("left", "right")),
+            (append_join, append_feed, ("left_rows", "right_rows")),
+        ],
+    )
+    def test_each_side_maps_to_its_table(
+        self, tmp_path: Path, make: Any, feed: Any, tables: tuple[str, str]
+    ) -> None:
+        """joinSide=left/right reads a StreamingJoin's left/right table and an
+        AppendJoin's left_rows/right_rows."""
+        location = StateLocation(str(harness_state(tmp_path, make, feed)))
+        name = location.operator(None)
+        assert [location.side_table(name, s).name for s in ("left", "right")] == list(tables)
+
+    def test_an_operator_without_sides_is_refused(self, aggregates: Path) -> None:
+        """joinSide on an operator that is no join names the tables it has."""
+        location = StateLocation(str(aggregates))
+        with pytest.raises(InputError, match=r"has tables \['aggregates', '__timers'\], none"):
+            location.side_table(OPERATOR, "left")
