@@ -25,6 +25,7 @@ from statestore._manifest import Manifest
 from statestore._metadata import TableMeta
 
 __all__ = [
+    "CHANGE_COLUMNS",
     "CHANGE_TYPES",
     "METADATA_SCHEMA",
     "change_schema",
@@ -57,15 +58,27 @@ METADATA_SCHEMA = pa.schema(
 )
 
 
+#: The change feed's own columns, before the table's.
+CHANGE_COLUMNS = (
+    pa.field("batch_id", pa.int64(), nullable=False),
+    pa.field("change_type", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+)
+
+
 def change_schema(meta: TableMeta) -> pa.Schema:
     """A change feed's columns: the batch, the kind of change, the partition,
-    then the table's own columns."""
-    head = [
-        pa.field("batch_id", pa.int64(), nullable=False),
-        pa.field("change_type", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-    ]
-    return pa.schema([*head, *(f.with_nullable(True) for f in meta.columns)])
+    then the table's own columns. A table with a column of one of those
+    names is refused: the feed would have two columns of one name."""
+    taken = [f.name for f in CHANGE_COLUMNS if f.name in meta.columns.names]
+    if taken:
+        raise InputError(
+            f"table {meta.name!r} has column(s) {taken}, which the change feed's own "
+            f"columns {[f.name for f in CHANGE_COLUMNS]} are named too, so its feed "
+            "cannot be given without two columns of one name; read the state after each "
+            "batch (option batchId) and compare, or rename the table's column"
+        )
+    return pa.schema([*CHANGE_COLUMNS, *(f.with_nullable(True) for f in meta.columns)])
 
 
 @contextlib.contextmanager

@@ -17,12 +17,13 @@ from operators import cli
 from operators._repartition import repartition
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation
-from operators._state_read import read_rows
+from operators._state_read import read_changes, read_rows
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
 from tests._s3 import BUCKET, MotoS3
 from tests.operators._harness_state import (
+    LatestRow,
     append_feed,
     append_join,
     harness_state,
@@ -159,3 +160,19 @@ class TestJoinSide:
         location = StateLocation(str(aggregates))
         with pytest.raises(InputError, match=r"has tables \['aggregates', '__timers'\], none"):
             location.side_table(OPERATOR, "left")
+
+
+class TestChangeFeedColumns:
+    def test_a_table_column_named_like_a_feed_column_is_refused(self, tmp_path: Path) -> None:
+        """A table with a column named partition (or batch_id, change_type)
+        has no change feed: a clear error instead of two columns of one name."""
+        schema = pa.schema([("k", pa.int64()), ("partition", pa.int32())])
+
+        def feed(harness: OperatorHarness, partition: int, batch: int) -> None:
+            harness.process_rows([(partition, batch)])
+
+        state = harness_state(tmp_path, lambda: LatestRow(schema), feed)
+        location = StateLocation(str(state))
+        meta = location.table("latest", "rows")
+        with pytest.raises(InputError, match=r"has column\(s\) \['partition'\], which the change"):
+            read_changes(location, "latest", meta, 0, 1)
