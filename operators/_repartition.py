@@ -214,6 +214,8 @@ def repartition(
             record["stage_winners"][operator] = winners
         else:
             record["winners"] = winners
+    # The new partitions' first version: a change feed must not start before it.
+    record["repartitioned"] = {"from": old, "to": partitions}
     runner = posixpath.join(staging, RUNNER)
     _write_json(fs, posixpath.join(runner, "batches", f"{batch:020d}.json"), record)
     _write_json(fs, posixpath.join(runner, "query.json"), {**query, "partitions": partitions})

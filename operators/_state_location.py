@@ -41,10 +41,17 @@ class BatchRecord:
     metrics: dict[str, int]
     #: A pipeline's winners, per stage operator (``winners`` is then empty).
     stage_winners: dict[str, dict[int, str]]
+    #: ``(old, new)`` partition counts when ``relstate repartition`` rewrote
+    #: this batch's state: its new partitions' first version.
+    repartitioned: tuple[int, int] | None = None
 
     def winners_of(self, operator: str) -> dict[int, str]:
         """Each partition's winning commit of ``operator`` in this batch."""
         return self.stage_winners.get(operator, {}) if self.stage_winners else self.winners
+
+
+def _repartitioned(obj: Any) -> tuple[int, int] | None:
+    return None if obj is None else (int(obj["from"]), int(obj["to"]))
 
 
 def table_schema(meta: TableMeta) -> TableSchema:
@@ -135,6 +142,7 @@ class StateLocation:
                 str(name): {int(k): str(v) for k, v in winners.items()}
                 for name, winners in obj.get("stage_winners", {}).items()
             },
+            repartitioned=_repartitioned(obj.get("repartitioned")),
         )
 
     # -- operators and partitions -----------------------------------------------------

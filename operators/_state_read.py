@@ -19,10 +19,11 @@ from typing import Any
 import pyarrow as pa
 
 from operators._state_location import StateLocation, table_schema
-from operators.errors import InputError
+from operators.errors import InputError, RepartitionedError
 from statestore import StateStore, StoreConfig
 from statestore._manifest import Manifest
 from statestore._metadata import TableMeta
+from statestore._transfer import read_changelogs
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -103,13 +104,6 @@ def _reader(
         shutil.rmtree(local, ignore_errors=True)
 
 
-def _load(store: StateStore, manifest: Manifest | None, name: str) -> list[tuple[Any, ...]]:
-    if manifest is None:
-        return []
-    store.load(manifest.version, manifest.commit_id)
-    return [tuple(row) for row in store.table(name).scan()]
-
-
 def read_rows(
     location: StateLocation,
     operator: str,
@@ -153,9 +147,14 @@ def read_changes(
     """What batches ``start``..``end`` (inclusive; default: the latest
     committed) changed in table ``meta`` of ``partition``: per batch, per key,
     ``insert`` (the new row), ``update_preimage`` and ``update_postimage`` (the
-    row before and after) or ``delete`` (the row before). Found by comparing
-    each batch's state with the one before, so it needs ``start - 1`` kept
-    (or ``start`` to be the partition's first version)."""
+    row before and after) or ``delete`` (the row before).
+
+    Each batch is compared with the batch before it, so that one must be kept
+    (or the partition's state must begin at its first kept version). A batch
+    whose commit wrote a changelog on the one before is compared on the keys
+    that changelog touched; a batch that took a snapshot instead (every
+    ``snapshot_interval``-th), or follows a gap, on the whole table."""
+    schema = change_schema(meta)
     if end is None:
         end = location.latest_batch()
     kept = location.kept_batches(operator, partition)
@@ -163,36 +162,102 @@ def read_changes(
         end = kept[-1] if kept else start
     if start > end:
         raise InputError(f"the change feed needs startBatchId <= endBatchId; got {start}..{end}")
-    versions = [v for v in kept if start <= v <= end]
+    if not kept:
+        return schema.empty_table()
     earlier = [v for v in kept if v < start]
-    out: list[tuple[Any, ...]] = []
+    if not earlier:
+        _check_beginning(location, operator, partition, kept, start)
+    versions = [v for v in kept if start <= v <= end]
     if not versions:
-        return _table(out, change_schema(meta))
+        return schema.empty_table()
+    out: list[tuple[Any, ...]] = []
     newest = location.commit(operator, partition, versions[-1])
     with _reader(location, operator, partition, () if newest is None else newest.tables) as store:
-        before_manifest = None
+        before = None
         if earlier:
-            before_manifest = location.commit(operator, partition, earlier[-1])
-        else:
-            first = location.commit(operator, partition, versions[0])
-            if first is not None and first.parent is not None:
-                raise InputError(
-                    f"the change feed from batch {start} needs the state of the batch "
-                    f"before it, which is no longer kept (partition {partition} keeps "
-                    f"{kept[0]}..{kept[-1]}); start at {kept[0] + 1} or later"
-                )
-        before = _keyed(_load(store, before_manifest, meta.name), meta)
+            before = location.commit(operator, partition, earlier[-1])
+            if before is not None:
+                store.load(before.version, before.commit_id)
         for version in versions:
-            manifest = location.commit(operator, partition, version)
-            after = _keyed(_load(store, manifest, meta.name), meta)
-            out.extend(_diff(version, partition, before, after))
+            after = location.commit(operator, partition, version)
+            if after is None:
+                continue
+            out.extend(_batch_changes(location, store, meta, partition, before, after))
             before = after
-    return _table(out, change_schema(meta))
+    return _table(out, schema)
 
 
-def _keyed(rows: list[tuple[Any, ...]], meta: TableMeta) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+def _check_beginning(
+    location: StateLocation, operator: str, partition: int, kept: list[int], start: int
+) -> None:
+    """Refuse a feed from ``start`` when no kept version before it gives the
+    state it changed: the first kept version builds on a removed one, or is
+    the new partition a repartition wrote (the state before it is another
+    partitioning's, kept only in the backup)."""
+    first = location.commit(operator, partition, kept[0])
+    if first is None:
+        return
+    if first.parent is not None:
+        raise InputError(
+            f"the change feed from batch {start} needs the state of the batch before it, "
+            f"which is no longer kept (partition {partition} keeps {kept[0]}..{kept[-1]}); "
+            f"start at {kept[0] + 1} or later"
+        )
+    record = location.record(first.version)
+    if record is not None and record.repartitioned is not None:
+        raise RepartitionedError(
+            f"batch {first.version} of operator {operator!r} was rewritten by `relstate "
+            f"repartition` (from {record.repartitioned[0]} to {record.repartitioned[1]} "
+            f"partitions): partition {partition} has no state of "
+            f"the batches before it to compare with, so a change feed from batch {start} "
+            f"would report the whole state as inserted at {first.version}. Start at "
+            f"{first.version + 1} or later (earlier batches are in the repartition's backup)",
+            first.version + 1,
+        )
+
+
+def _batch_changes(
+    location: StateLocation,
+    store: StateStore,
+    meta: TableMeta,
+    partition: int,
+    before: Manifest | None,
+    after: Manifest,
+) -> list[tuple[Any, ...]]:
+    """The changes ``after`` made to ``store``, which holds ``before`` (the
+    empty state: ``None``) and holds ``after`` on return."""
+    own = [c for c in after.changelogs if c.commit == after.ref]
+    if before is None or after.parent != before.ref or not own:
+        old = _keyed(store, meta) if before is not None else {}
+        store.load(after.version, after.commit_id)
+        return _diff(after.version, partition, old, _keyed(store, meta))
+    table = store.table(meta.name)
+    prefix = table.keys.prefix
+    touched: set[tuple[Any, ...]] = set()
+    checkpoint = location.checkpoint(after.operator_id, after.partition_id)
+    for log in read_changelogs(checkpoint.fs, own, after.version, threads=4):
+        for lower, upper in log.range_deletes:
+            for key, _ in table.backend.items(max(lower, prefix), upper, False):
+                if not key.startswith(prefix):
+                    break
+                touched.add(table.keys.decode_prefix(key)[0])
+        touched.update(table.keys.decode_prefix(k)[0] for k, _ in log.ops if k[:4] == prefix)
+    keys = sorted(touched, key=table.keys.encode)
+    old_rows = table.get_rows(keys)
+    store.load(after.version, after.commit_id)
+    new_rows = store.table(meta.name).get_rows(keys)
+    return _diff(
+        after.version,
+        partition,
+        {k: r for k, r in zip(keys, old_rows, strict=True) if r is not None},
+        {k: r for k, r in zip(keys, new_rows, strict=True) if r is not None},
+    )
+
+
+def _keyed(store: StateStore, meta: TableMeta) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """The table's whole state in ``store``, by primary key."""
     index = [meta.columns.get_field_index(n) for n, _, _ in meta.key_columns]
-    return {tuple(row[i] for i in index): row for row in rows}
+    return {tuple(row[i] for i in index): tuple(row) for row in store.table(meta.name).scan()}
 
 
 def _diff(
@@ -200,17 +265,17 @@ def _diff(
     partition: int,
     before: dict[tuple[Any, ...], tuple[Any, ...]],
     after: dict[tuple[Any, ...], tuple[Any, ...]],
-) -> Iterator[tuple[Any, ...]]:
+) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
     for key, row in after.items():
         old = before.get(key)
         if old is None:
-            yield (version, "insert", partition, *row)
+            out.append((version, "insert", partition, *row))
         elif old != row:
-            yield (version, "update_preimage", partition, *old)
-            yield (version, "update_postimage", partition, *row)
-    for key, old in before.items():
-        if key not in after:
-            yield (version, "delete", partition, *old)
+            out.append((version, "update_preimage", partition, *old))
+            out.append((version, "update_postimage", partition, *row))
+    out.extend((version, "delete", partition, *old) for k, old in before.items() if k not in after)
+    return out
 
 
 def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:

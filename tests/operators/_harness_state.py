@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ __all__ = [
     "append_join",
     "dedup_feed",
     "drop_duplicates",
+    "evicting_dedup",
+    "evicting_feed",
     "harness_state",
     "join_feed",
     "streaming_join",
@@ -80,7 +82,7 @@ SIDE = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 EVENTS = pa.schema([("k", pa.int64()), ("ts", pa.timestamp("us")), ("v", pa.int64())])
 
 
-def _mine(keys: range, partition: int, partitions: int = 2) -> list[int]:
+def _mine(keys: Iterable[int], partition: int, partitions: int = 2) -> list[int]:
     """The keys Spark hashes to ``partition``."""
     return [k for k in keys if spark_partition([k], [pa.int64()], partitions) == partition]
 
@@ -142,11 +144,11 @@ class LatestRow(Operator):
     """Keeps the latest row of each key ``k`` in table ``rows``, every column
     type of :data:`TYPED`; emits nothing."""
 
-    def __init__(self, schema: pa.Schema = TYPED, name: str = "latest") -> None:
+    def __init__(self, schema: pa.Schema = TYPED, name: str = "latest", layout: str = "row"):
         self.name = name
         self.inputs = [schema]
         self.output = pa.schema([("k", pa.int64())])
-        self.tables = [TableSchema(1, schema, ["k"], name="rows")]
+        self.tables = [TableSchema(1, schema, ["k"], layout=layout, name="rows")]
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
@@ -170,6 +172,23 @@ def typed_row(k: int, batch: int) -> tuple[Any, ...]:
 
 
 def typed_feed(harness: OperatorHarness, partition: int, batch: int) -> None:
-    """Keys 0..15 in batch 0; each later batch updates every other key."""
-    keys = range(16) if batch == 0 else range(batch % 2, 16, 2)
+    """Keys 0..15 in batch 0; each later batch b updates every other key,
+    inserts key 15 + b and deletes key b - 1."""
+    keys = range(16) if batch == 0 else [*range(batch % 2, 16, 2), 15 + batch]
     harness.process_rows([typed_row(k, batch) for k in _mine(keys, partition)])
+    for k in _mine(range(batch - 1, batch) if batch else [], partition):
+        harness.table("rows").delete_key([k])
+
+
+def evicting_dedup() -> DropDuplicates:
+    return DropDuplicates(EVENTS, ["k", "ts"], event_time="ts")
+
+
+def evicting_feed(harness: OperatorHarness, partition: int, batch: int) -> None:
+    """Events a second apart per batch, repeated once; the watermark a second
+    behind, so that every batch evicts (a range delete) the one before last."""
+    at = dt.datetime(2024, 1, 1) + dt.timedelta(seconds=batch)
+    rows = [(k, at, batch) for k in _mine(range(8), partition)]
+    harness.process_rows(rows + rows)
+    epoch_ms = int((at - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
+    harness.advance_watermark(epoch_ms - 1000)

@@ -4,31 +4,37 @@ without their credentials."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from operators import cli
+from operators import _state_read, cli
 from operators._repartition import repartition
 from operators._spark_hash import spark_partition
-from operators._state_location import StateLocation
+from operators._state_location import StateLocation, table_schema
 from operators._state_read import read_changes, read_rows
-from operators.errors import InputError
+from operators.errors import InputError, RepartitionedError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
+from statestore import StateStore
 from tests._s3 import BUCKET, MotoS3
 from tests.operators._harness_state import (
     LatestRow,
     append_feed,
     append_join,
+    evicting_dedup,
+    evicting_feed,
     harness_state,
     join_feed,
     streaming_join,
+    typed_feed,
 )
 
 REPO = Path(__file__).parents[2]
@@ -176,3 +182,118 @@ class TestChangeFeedColumns:
         meta = location.table("latest", "rows")
         with pytest.raises(InputError, match=r"has column\(s\) \['partition'\], which the change"):
             read_changes(location, "latest", meta, 0, 1)
+
+
+def reference_changes(
+    location: StateLocation, operator: str, table: str, partition: int, start: int, end: int
+) -> Counter[tuple[Any, ...]]:
+    """The change feed from whole-table reads of each batch and the one
+    before (none before the first), compared key by key."""
+    meta = location.table(operator, table)
+    keys = [meta.columns.get_field_index(n) for n, _, _ in meta.key_columns]
+
+    def state(batch: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        if batch < 0:
+            return {}
+        rows = read_rows(location, operator, meta, partition, batch).to_pylist()
+        return {tuple(tuple(r.values())[i] for i in keys): tuple(r.values()) for r in rows}
+
+    out: Counter[tuple[Any, ...]] = Counter()
+    for batch in range(start, end + 1):
+        before, after = state(batch - 1), state(batch)
+        for key, row in after.items():
+            if key not in before:
+                out[(batch, "insert", partition, *row)] += 1
+            elif before[key] != row:
+                out[(batch, "update_preimage", partition, *before[key])] += 1
+                out[(batch, "update_postimage", partition, *row)] += 1
+        for key, row in before.items():
+            if key not in after:
+                out[(batch, "delete", partition, *row)] += 1
+    return out
+
+
+FEEDS = {
+    "join": (streaming_join, join_feed, "left"),
+    "evicting_dedup": (evicting_dedup, evicting_feed, "seen"),
+    "typed_cells": (lambda: LatestRow(layout="cell"), typed_feed, "rows"),
+    "typed_rows": (LatestRow, typed_feed, "rows"),
+}
+
+
+class TestChangeFeed:
+    @pytest.mark.parametrize("workload", sorted(FEEDS))
+    def test_each_batch_net_change_from_any_start(
+        self, tmp_path: Path, workload: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """From batch 0, 1 or 4 to the end, each batch's changes equal the
+        comparison of whole-table reads; only the first batch and the batches
+        that took a snapshot (no changelog of their own) scan the table."""
+        make, feed, table = FEEDS[workload]
+        location = StateLocation(str(harness_state(tmp_path, make, feed, batches=7)))
+        name = location.operator(None)
+        meta = location.table(name, table)
+        scanned: list[int | None] = []
+        real = _state_read._keyed
+
+        def spy(store: Any, meta: Any) -> Any:
+            scanned.append(store.version)
+            return real(store, meta)
+
+        monkeypatch.setattr(_state_read, "_keyed", spy)
+        for partition in (0, 1):
+            snapshots = [
+                v
+                for v in range(1, 7)
+                if not location.commit(name, partition, v).changelogs  # type: ignore[union-attr]
+            ]
+            assert snapshots  # the harness snapshots every third version
+            for start in (0, 1, 4):
+                scanned.clear()
+                got = read_changes(location, name, meta, partition, start)
+                rows = Counter(tuple(r.values()) for r in got.to_pylist())
+                assert rows == reference_changes(location, name, table, partition, start, 6)
+                full = [0] if start == 0 else []
+                full += [x for v in snapshots if v >= max(start, 1) for x in (v - 1, v)]
+                assert scanned == full
+
+    def test_a_start_before_the_kept_versions_is_refused(self, aggregates: Path) -> None:
+        """When the batch before the start is no longer kept (retention
+        removed batch 0), the feed is refused naming the earliest start."""
+        location = StateLocation(str(aggregates))
+        checkpoint = location.checkpoint(OPERATOR, 1)
+        for manifest in (Path(checkpoint.root) / "manifests").glob(f"{0:020d}-*.json"):
+            manifest.unlink()
+        meta = location.table(OPERATOR, "aggregates")
+        kept = r"no longer kept \(partition 1 keeps 1..2\); start at 2"
+        with pytest.raises(InputError, match=kept):
+            read_changes(location, OPERATOR, meta, 1, 1)
+        assert read_changes(location, OPERATOR, meta, 1, 2).num_rows > 0
+
+
+class TestChangeFeedAcrossRepartition:
+    def test_a_feed_that_crosses_the_repartition_is_refused(self, aggregates: Path) -> None:
+        """After `relstate repartition` at batch 2, a feed starting at or
+        before 2 raises RepartitionedError naming 3 as the earliest start;
+        from 3 on, the next batch's changes are read as usual."""
+        repartition(str(aggregates), 3)
+        location = StateLocation(str(aggregates))
+        meta = location.table(OPERATOR, "aggregates")
+        for start in (0, 2):
+            with pytest.raises(RepartitionedError, match="Start at 3 or later") as info:
+                read_changes(location, OPERATOR, meta, 1, start)
+            assert info.value.earliest_start == 3
+        winners = {}
+        schemas = [table_schema(m) for m in location.tables(OPERATOR)]
+        for p in range(3):
+            with StateStore(location.root, OPERATOR, p, schemas) as store:
+                store.load(2)
+                store.table("aggregates").upsert((f"new-{p}", 1, p))
+                winners[str(p)] = store.commit(3).commit_id
+                store.record_winner(3, winners[str(p)])
+        record = {"batch_id": 3, "winners": winners, "watermark": None, "metrics": {}}
+        (aggregates / "_runner" / "batches" / f"{3:020d}.json").write_text(json.dumps(record))
+        got = read_changes(location, OPERATOR, meta, 1, 3).to_pylist()
+        assert [(r["batch_id"], r["change_type"], r["key"]) for r in got] == [
+            (3, "insert", "new-1")
+        ]
