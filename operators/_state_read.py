@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators._state_location import StateLocation, table_schema
-from operators.errors import InputError, RepartitionedError
+from operators.errors import InputError, RepartitionedError, StateStoreError
 from statestore import StateStore, StoreConfig
 from statestore._manifest import Manifest
 from statestore._metadata import TableMeta
@@ -29,6 +29,7 @@ __all__ = [
     "CHANGE_COLUMNS",
     "CHANGE_TYPES",
     "METADATA_SCHEMA",
+    "READ",
     "change_schema",
     "metadata",
     "read_changes",
@@ -55,8 +56,13 @@ METADATA_SCHEMA = pa.schema(
         pa.field("changelogs", pa.int32()),
         pa.field("state_bytes", pa.int64()),
         pa.field("partition_rows", pa.int64()),
+        pa.field("table_rows", pa.int64()),
+        pa.field("status", pa.string()),
     ]
 )
+
+#: ``status`` of a partition whose commit was read.
+READ = "ok"
 
 
 #: The change feed's own columns, before the table's.
@@ -281,15 +287,22 @@ def _diff(
 def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
     """One row per operator, partition and table at ``batch_id`` (default: the
     latest committed): schema, partition count, the commit read, the kept
-    versions, the snapshot and changelog chain, bytes and rows of the
-    partition's state."""
+    versions, the snapshot and changelog chain, the bytes and rows of the
+    partition's state, and the table's rows (``None`` for a manifest older
+    than that record). A partition whose commit cannot be read (the batch is
+    not kept there, a damaged manifest) is one row with its kept versions and
+    why in ``status``; every other row's ``status`` is ``ok``."""
     rows: list[tuple[Any, ...]] = []
     for operator in location.operators():
         for partition in location.partitions(operator):
-            manifest = location.commit(operator, partition, batch_id)
+            kept = location.kept_batches(operator, partition)
+            try:
+                manifest = location.commit(operator, partition, batch_id)
+            except StateStoreError as exc:
+                rows.append(_unread(operator, partition, batch_id, kept, str(exc)))
+                continue
             if manifest is None:
                 continue
-            kept = location.kept_batches(operator, partition)
             size = sum(f.size for f in manifest.files())
             snapshot = None if manifest.snapshot is None else manifest.snapshot.commit.version
             for meta in manifest.tables:
@@ -310,6 +323,25 @@ def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
                         len(manifest.changelogs),
                         size,
                         manifest.metrics.get("numTotalStateRows"),
+                        manifest.table_rows.get(meta.name),
+                        READ,
                     )
                 )
     return _table(rows, METADATA_SCHEMA)
+
+
+def _unread(
+    operator: str, partition: int, batch_id: int | None, kept: list[int], why: str
+) -> tuple[Any, ...]:
+    """The metadata row of a partition whose commit could not be read."""
+    row: list[Any] = [None] * len(METADATA_SCHEMA)
+    names = METADATA_SCHEMA.names
+    for name, value in (
+        ("operator", operator),
+        ("partition", partition),
+        ("batch_id", batch_id),
+        ("kept_versions", kept),
+        ("status", why),
+    ):
+        row[names.index(name)] = value
+    return tuple(row)

@@ -19,7 +19,7 @@ from operators import _state_read, cli
 from operators._repartition import repartition
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation, table_schema
-from operators._state_read import read_changes, read_rows
+from operators._state_read import metadata, read_changes, read_rows
 from operators.errors import InputError, RepartitionedError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
@@ -297,3 +297,44 @@ class TestChangeFeedAcrossRepartition:
         assert [(r["batch_id"], r["change_type"], r["key"]) for r in got] == [
             (3, "insert", "new-1")
         ]
+
+
+class TestMetadata:
+    def test_rows_per_table(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Each table's row gives that table's rows in the partition, which
+        add up to the partition's rows; inspect prints each table's total."""
+        location = StateLocation(str(harness_state(tmp_path, streaming_join, join_feed)))
+        found = metadata(location).to_pylist()
+        assert {m["status"] for m in found} == {"ok"}
+        for m in found:
+            meta = location.table("join", m["table"])
+            assert m["table_rows"] == read_rows(location, "join", meta, m["partition"]).num_rows
+        for p in (0, 1):
+            mine = [m for m in found if m["partition"] == p]
+            assert sum(m["table_rows"] for m in mine) == mine[0]["partition_rows"]
+        lefts = sum(m["table_rows"] for m in found if m["table"] == "left")
+        assert lefts > 0
+        assert cli.main(["inspect", str(location.root)]) == 0
+        assert f"; key k asc, v asc; {lefts} rows\n" in capsys.readouterr().out
+
+    def test_a_partition_without_the_batch_is_marked_not_failed(
+        self, aggregates: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Metadata at a batch that one partition no longer keeps gives the
+        other partition's rows and one row for that partition saying why;
+        inspect prints the same."""
+        location = StateLocation(str(aggregates))
+        checkpoint = location.checkpoint(OPERATOR, 1)
+        for manifest in (Path(checkpoint.root) / "manifests").glob(f"{0:020d}-*.json"):
+            manifest.unlink()
+        found = metadata(location, batch_id=0).to_pylist()
+        assert {(m["partition"], m["table"], m["status"]) for m in found} >= {
+            (0, "aggregates", "ok")
+        }
+        (unread,) = [m for m in found if m["partition"] == 1]
+        assert unread["table"] is None and unread["kept_versions"] == [1, 2]
+        assert "batch 0 of operator 'running_aggregate' partition 1 is not kept" in unread["status"]
+        assert cli.main(["inspect", str(aggregates), "--batch", "0"]) == 0
+        out = capsys.readouterr().out
+        assert "  partition 1 not read: batch 0 of operator" in out
+        assert [line.split()[0] for line in out.splitlines() if line.startswith("  0 ")] == ["0"]
