@@ -11,6 +11,7 @@ sources wrap them, one Spark partition per state partition.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,7 @@ __all__ = [
     "metadata",
     "read_changes",
     "read_rows",
+    "scan_chunks",
 ]
 
 #: The kinds of change in a change feed, in the order they are given per key.
@@ -134,6 +136,27 @@ def read_rows(
                 break
             rows.append(tuple(row))
     return _table(rows, meta.columns)
+
+
+def scan_chunks(
+    location: StateLocation,
+    operator: str,
+    partition: int,
+    batch_id: int,
+    chunk_rows: int,
+) -> Iterator[tuple[TableMeta, list[tuple[Any, ...]]]]:
+    """Every table's rows in ``partition`` after ``batch_id``, table by
+    table in key order, in lists of at most ``chunk_rows`` rows: the whole
+    state of a partition without holding it in memory."""
+    manifest = location.commit(operator, partition, batch_id)
+    if manifest is None:
+        return
+    with _reader(location, operator, partition, manifest.tables) as store:
+        store.load(manifest.version, manifest.commit_id)
+        for meta in manifest.tables:
+            rows = (tuple(row) for row in store.table(meta.name).scan())
+            while chunk := list(itertools.islice(rows, chunk_rows)):
+                yield meta, chunk
 
 
 def _table(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
