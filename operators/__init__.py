@@ -1,7 +1,8 @@
 """What users run: the operator API, the Spark runner and its sinks.
 
 ``operators.testing`` (the record-at-a-time harness) and ``operators.examples``
-are modules of their own.
+are modules of their own. Importing this package does not import PySpark:
+``relstate inspect`` reads state where PySpark cannot be imported.
 """
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
@@ -9,9 +10,9 @@ from operators._fk_join import FkJoin, run_fk_join
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._runner import RelstateQuery, Watermark, run_operator
 from operators._sinks import BatchSink, ParquetSink
+from operators._spark import register_sources
 from operators._stage_runner import run_stages
 from operators._stages import Source, Stage
-from operators._state_source import register_sources
 from operators.errors import InputError, RunnerError
 
 __all__ = [

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators._state_location import StateLocation
-from operators._state_read import metadata, read_rows
+from operators._state_read import READ, metadata, read_rows
 
 __all__ = ["describe", "rows"]
 
@@ -37,9 +37,10 @@ def _size(n: int) -> str:
 def describe(
     location: StateLocation, batch_id: int | None = None, operator: str | None = None
 ) -> str:
-    """The query, its operators' tables and schemas (``operator``'s alone,
-    when given), and per partition the commit read, the kept versions, the
-    changelog chain, size and rows."""
+    """The query, its operators' tables and schemas with their rows
+    (``operator``'s alone, when given), and per partition the commit read,
+    the kept versions, the changelog chain, size and rows; a partition whose
+    commit cannot be read is named with the reason, after the others."""
     out = [f"state at {location.path}"]
     query = location.query()
     batches = location.recorded_batches()
@@ -58,17 +59,18 @@ def describe(
     meta = metadata(location, batch_id).to_pylist()
     shown = location.operators() if operator is None else [location.operator(operator)]
     for name in shown:
-        mine = [m for m in meta if m["operator"] == name]
+        mine = [m for m in meta if m["operator"] == name and m["status"] == READ]
         out.append("")
         out.append(f"operator {name}")
-        seen: set[str] = set()
+        tables: dict[str, dict[str, Any]] = {}
         for m in mine:
-            if m["table"] in seen:
-                continue
-            seen.add(m["table"])
+            tables.setdefault(m["table"], m)
+        for table, m in tables.items():
+            counts = [r["table_rows"] for r in mine if r["table"] == table]
+            rows = "rows not recorded" if None in counts else f"{sum(counts)} rows"
             out.append(
-                f"  table {m['table']} (id {m['table_id']:#x}, {m['layout']} layout): "
-                f"{m['columns']}; key {m['key_columns']}"
+                f"  table {table} (id {m['table_id']:#x}, {m['layout']} layout): "
+                f"{m['columns']}; key {m['key_columns']}; {rows}"
             )
         parts: dict[int, dict[str, Any]] = {m["partition"]: m for m in mine}
         body = [
@@ -86,6 +88,9 @@ def describe(
         ]
         header = ("partition", "batch", "commit", "kept", "snapshot", "changelogs", "size", "rows")
         out.extend("  " + line for line in _grid(header, body))
+        for m in meta:
+            if m["operator"] == name and m["status"] != READ:
+                out.append(f"  partition {m['partition']} not read: {m['status']}")
     return "\n".join(out) + "\n"
 
 

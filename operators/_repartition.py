@@ -29,7 +29,7 @@ import json
 import posixpath
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from encoding import PartitionLocal
 from operators._sinks import write_atomically
 from operators._spark_hash import spark_partition, supported
 from operators._state_location import RUNNER, StateLocation, table_schema
-from operators._state_read import read_rows
+from operators._state_read import scan_chunks
 from operators._task import TIMERS
 from operators.errors import InputError
 from statestore import StateStore, StoreConfig
@@ -115,11 +115,6 @@ def _placements(metas: list[TableMeta], key_types: list[str]) -> dict[str, Place
     return out
 
 
-def _rows(table: pa.Table) -> list[Row]:
-    columns = [c.to_pylist() for c in table.columns]
-    return list(zip(*columns, strict=True)) if columns else []
-
-
 def _exists(fs: pafs.FileSystem, path: str) -> bool:
     found: bool = fs.get_file_info(path).type != pafs.FileType.NotFound
     return found
@@ -165,14 +160,23 @@ def _stage_keys(
     return {name: list(types) for name, types in zip(names, query["key_types"], strict=True)}
 
 
+#: Rows read, and held by each new store before it spills, at a time.
+CHUNK_ROWS = 100_000
+
+
 def repartition(
     path: str,
     partitions: int,
     options: dict[str, str] | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    force: bool = False,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> RepartitionResult:
     """Rewrite the state of the stopped query at ``path`` (its checkpoint or
-    state location) for ``partitions`` partitions. The query must not run."""
+    state location) for ``partitions`` partitions. The query must not run:
+    a partition with a version newer than the last committed batch (an
+    attempt in flight, or left by a failed batch) is refused unless
+    ``force``."""
     if not isinstance(partitions, int) or partitions < 1:
         raise InputError(f"--partitions must be a positive integer, got {partitions!r}")
     fs, root = StateLocation.resolve_root(path, options)
@@ -187,7 +191,7 @@ def repartition(
     batch = location.latest_batch()
     if query is None or batch is None:
         raise InputError(
-            f"the state at {path} has no committed batch recorded by the runner; there is "
+            f"the state at {location.path} has no committed batch recorded by the runner; there is "
             "nothing to repartition"
         )
     record_path = posixpath.join(root, RUNNER, "batches", f"{batch:020d}.json")
@@ -195,10 +199,12 @@ def repartition(
     stage_keys = _stage_keys(location, query, record)
     old = int(query["partitions"])
     if old == partitions:
-        raise InputError(f"the state at {path} has {old} partitions already")
+        raise InputError(f"the state at {location.path} has {old} partitions already")
     # Check every operator's tables before anything is written.
     placements = {}
     for operator, key_types in stage_keys.items():
+        if not force:
+            _check_stopped(location, operator, batch)
         metas = location.tables(operator, batch)
         placements[operator] = (metas, _placements(metas, key_types))
     if _exists(fs, staging):
@@ -207,13 +213,24 @@ def repartition(
     rows: dict[str, int] = {}
     for operator, (metas, placement) in placements.items():
         winners, moved = _move_operator(
-            location, staging, operator, metas, placement, batch, old, partitions, progress
+            location,
+            staging,
+            operator,
+            metas,
+            placement,
+            batch,
+            old,
+            partitions,
+            progress,
+            chunk_rows,
         )
         rows.update({f"{operator}.{t}" if pipeline else t: n for t, n in moved.items()})
         if pipeline:
             record["stage_winners"][operator] = winners
         else:
             record["winners"] = winners
+    # The new partitions' first version: a change feed must not start before it.
+    record["repartitioned"] = {"from": old, "to": partitions}
     runner = posixpath.join(staging, RUNNER)
     _write_json(fs, posixpath.join(runner, "batches", f"{batch:020d}.json"), record)
     _write_json(fs, posixpath.join(runner, "query.json"), {**query, "partitions": partitions})
@@ -233,6 +250,22 @@ def repartition(
     return _swap(fs, root, summary)
 
 
+def _check_stopped(location: StateLocation, operator: str, batch: int) -> None:
+    """Refuse when a partition has a version after ``batch``, the last one
+    the runner recorded: a task of the next batch committed (the query runs,
+    or its last batch failed), and the state would move under it."""
+    for p in location.partitions(operator):
+        newer = [v for v in location.checkpoint(operator, p).versions() if v > batch]
+        if newer:
+            raise InputError(
+                f"partition {p} of operator {operator!r} at {location.path} has version(s) "
+                f"{newer} after batch {batch}, the last one the runner recorded: a batch is "
+                "running (stop the query first) or failed after a task committed. If the "
+                "query is stopped, run again with --force: the last recorded batch is "
+                "repartitioned and the unrecorded attempts stay in the backup only"
+            )
+
+
 def _move_operator(
     location: StateLocation,
     staging: str,
@@ -243,12 +276,20 @@ def _move_operator(
     old: int,
     partitions: int,
     progress: Callable[[str], None],
+    chunk_rows: int,
 ) -> tuple[dict[str, str], dict[str, int]]:
     """Write ``operator``'s state at ``batch`` under ``staging`` for
     ``partitions`` partitions, each new partition committed as ``batch``;
-    return the new winners and the rows moved per table."""
+    return the new winners and the rows moved per table.
+
+    Rows stream through in chunks of ``chunk_rows``: each old partition is
+    read chunk by chunk, and each new store spills its MemTable into its
+    local database at ``chunk_rows`` keys, so memory holds a chunk and a
+    MemTable per new partition, never a whole state. Only the
+    partition-local rows (a few per partition) are gathered in memory."""
     local = tempfile.mkdtemp(prefix="relstate-repartition-")
     rows = {m.name: 0 for m in metas if m.name != TIMERS.name}
+    config = StoreConfig(local_dir=local, partition_count=partitions, spill_rows=chunk_rows)
     try:
         stores = [
             StateStore(
@@ -256,7 +297,7 @@ def _move_operator(
                 operator,
                 q,
                 [table_schema(m) for m in metas],
-                StoreConfig(local_dir=local, partition_count=partitions),
+                config,
                 filesystem=location.fs,
             )
             for q in range(partitions)
@@ -267,17 +308,16 @@ def _move_operator(
             least: dict[str, dict[Row, Row]] = {}
             for p in location.partitions(operator):
                 progress(f"reading {operator} partition {p}")
-                moved = _move_partition(
-                    location, operator, metas, placements, p, old, partitions, batch
-                )
-                for meta in metas:
-                    keyed, own = moved[meta.name]
-                    for q, row in keyed:
+                for meta, chunk in scan_chunks(location, operator, p, batch, chunk_rows):
+                    placement = placements[meta.name]
+                    if isinstance(placement, PartitionLocal):
+                        _check_local(meta, placement, p, chunk)
+                        _keep_least(least.setdefault(meta.name, {}), chunk, meta, placement)
+                        continue
+                    for q, row in _placed(meta, placement, p, chunk, old, partitions):
                         stores[q].table(meta.name).insert(row)
                     if meta.name in rows:
-                        rows[meta.name] += len(keyed)
-                    if own:
-                        _keep_least(least.setdefault(meta.name, {}), own, meta, placements)
+                        rows[meta.name] += len(chunk)
             for name, kept in least.items():
                 for store in stores:
                     for row in kept.values():
@@ -296,61 +336,50 @@ def _move_operator(
     return winners, rows
 
 
-def _move_partition(
-    location: StateLocation,
-    operator: str,
-    metas: list[TableMeta],
-    placements: dict[str, Placement],
-    partition: int,
-    old: int,
-    new: int,
-    batch: int,
-) -> dict[str, tuple[list[tuple[int, Row]], list[Row]]]:
-    """One old partition's rows, per table: each keyed row with its new
-    partition, and the partition-local rows."""
-    out: dict[str, tuple[list[tuple[int, Row]], list[Row]]] = {}
-    for meta in metas:
-        table = read_rows(location, operator, meta, partition, batch)
-        placement = placements[meta.name]
-        if isinstance(placement, PartitionLocal):
-            if placement.least is None and table.num_rows:
-                hint = (
-                    " Let the timers fire (advance the watermark) before repartitioning"
-                    if meta.name == TIMERS.name
-                    else ""
-                )
-                raise InputError(
-                    f"partition {partition} has {table.num_rows} row(s) in table "
-                    f"{meta.name!r} (for timers: pending timers), which belong to no key of "
-                    "the query and have no rule to move them, so relstate cannot tell which "
-                    f"new partition they belong to.{hint}"
-                )
-            out[meta.name] = ([], _rows(table))
-            continue
-        types = [meta.columns.field(i).type for i in placement]
-        keyed = []
-        for row in _rows(table):
-            key = [row[i] for i in placement]
-            if spark_partition(key, types, old) != partition:
-                names = [meta.columns.field(i).name for i in placement]
-                raise InputError(
-                    f"a row of table {meta.name!r} with key {key} (columns {names}) is in "
-                    f"partition {partition}, but the runner puts that key in partition "
-                    f"{spark_partition(key, types, old)}: the table is not partitioned by "
-                    "the columns it declares, so it cannot be repartitioned"
-                )
-            keyed.append((spark_partition(key, types, new), row))
-        out[meta.name] = (keyed, [])
-    return out
+def _check_local(
+    meta: TableMeta, placement: PartitionLocal, partition: int, rows: list[Row]
+) -> None:
+    """Refuse partition-local rows that have no rule to move them."""
+    if placement.least is not None or not rows:
+        return
+    hint = (
+        " Let the timers fire (advance the watermark) before repartitioning"
+        if meta.name == TIMERS.name
+        else ""
+    )
+    raise InputError(
+        f"partition {partition} has row(s) in table {meta.name!r} (for timers: pending "
+        "timers), which belong to no key of the query and have no rule to move them, so "
+        f"relstate cannot tell which new partition they belong to.{hint}"
+    )
+
+
+def _placed(
+    meta: TableMeta, placement: list[int], partition: int, rows: list[Row], old: int, new: int
+) -> Iterator[tuple[int, Row]]:
+    """Each keyed row of old ``partition`` with its new partition; an error
+    for a row whose key the runner would not have put in ``partition``."""
+    types = [meta.columns.field(i).type for i in placement]
+    for row in rows:
+        key = [row[i] for i in placement]
+        if spark_partition(key, types, old) != partition:
+            names = [meta.columns.field(i).name for i in placement]
+            raise InputError(
+                f"a row of table {meta.name!r} with key {key} (columns {names}) is in "
+                f"partition {partition}, but the runner puts that key in partition "
+                f"{spark_partition(key, types, old)}: the table is not partitioned by "
+                "the columns it declares, so it cannot be repartitioned"
+            )
+        yield spark_partition(key, types, new), row
 
 
 def _keep_least(
-    kept: dict[Row, Row], rows: list[Row], meta: TableMeta, placements: dict[str, Placement]
+    kept: dict[Row, Row], rows: list[Row], meta: TableMeta, rule: PartitionLocal
 ) -> None:
     """Fold a partition's own rows into ``kept``: per primary key, the row
     with the least value of the table's ``least`` column."""
-    rule = placements[meta.name]
-    assert isinstance(rule, PartitionLocal) and rule.least is not None
+    if rule.least is None:
+        return
     at = meta.columns.get_field_index(rule.least)
     keys = [meta.columns.get_field_index(n) for n, _, _ in meta.key_columns]
     for row in rows:

@@ -33,6 +33,7 @@ from operators._task import BatchRun, output_schema, state_metrics, state_tables
 from operators.errors import InputError, RunnerError
 from statestore import LockHeldError, PartitionCheckpoint, StateStore, StoreConfig
 from statestore._faults import fault
+from statestore._filesystems import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -353,7 +354,7 @@ class _Driver:
         if self.fs.get_file_info(journal).type != pafs.FileType.NotFound:
             # Before anything is written: the state may be half moved.
             raise InputError(
-                f"the state at {plan.location} is being repartitioned ({journal} exists); "
+                f"the state at {redact(plan.location)} is being repartitioned ({journal} exists); "
                 "run `relstate repartition` on it again to finish, then start the query"
             )
         self.root = f"{root}/_runner"
@@ -438,7 +439,7 @@ class _Driver:
         for what in ("operator", "partitions", "key_types"):
             if recorded[what] != shape[what]:
                 raise InputError(
-                    f"the checkpoint at {self.plan.location} was written with {what} "
+                    f"the checkpoint at {redact(self.plan.location)} was written with {what} "
                     f"{recorded[what]!r}; this query has {shape[what]!r}. Keep it, or start "
                     "from a new checkpoint; to change the partition count of a stopped "
                     "query, run `relstate repartition`"

@@ -1,4 +1,8 @@
-"""The local Spark session that ``relstate demo`` and the tests run on."""
+"""The local Spark session that ``relstate demo`` and the tests run on, and
+the registration of relstate's data sources in any session.
+
+Nothing here imports PySpark until it is called, so that ``import operators``
+(and ``relstate inspect``) works where PySpark cannot be imported."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_spark"]
+__all__ = ["local_spark", "register_sources"]
 
 
 def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -36,7 +40,13 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from operators._state_source import register_sources
-
     register_sources(spark)
     return spark
+
+
+def register_sources(spark: SparkSession) -> None:
+    """Make ``relstate-state`` and ``relstate-metadata`` readable in ``spark``."""
+    from operators._state_source import MetadataSource, StateSource
+
+    spark.dataSource.register(StateSource)
+    spark.dataSource.register(MetadataSource)

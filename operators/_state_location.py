@@ -22,7 +22,7 @@ from encoding import TableSchema
 from encoding._schema import Direction, KeyColumn, NullOrder
 from operators.errors import InputError
 from statestore import PartitionCheckpoint, VersionNotFoundError
-from statestore._filesystems import filesystem_for
+from statestore._filesystems import filesystem_for, redact
 from statestore._manifest import Manifest
 from statestore._metadata import TableMeta
 
@@ -41,10 +41,17 @@ class BatchRecord:
     metrics: dict[str, int]
     #: A pipeline's winners, per stage operator (``winners`` is then empty).
     stage_winners: dict[str, dict[int, str]]
+    #: ``(old, new)`` partition counts when ``relstate repartition`` rewrote
+    #: this batch's state: its new partitions' first version.
+    repartitioned: tuple[int, int] | None = None
 
     def winners_of(self, operator: str) -> dict[int, str]:
         """Each partition's winning commit of ``operator`` in this batch."""
         return self.stage_winners.get(operator, {}) if self.stage_winners else self.winners
+
+
+def _repartitioned(obj: Any) -> tuple[int, int] | None:
+    return None if obj is None else (int(obj["from"]), int(obj["to"]))
 
 
 def table_schema(meta: TableMeta) -> TableSchema:
@@ -68,12 +75,13 @@ class StateLocation:
 
     def __init__(self, path: str, options: Mapping[str, str] | None = None) -> None:
         fs, root = self.resolve_root(path, options)
+        #: ``path`` as it may be printed: without credentials.
+        self.path = redact(path)
         if fs.get_file_info(root).type != pafs.FileType.Directory:
             raise InputError(
-                f"there is no relstate state at {path}: give a query's checkpoint "
+                f"there is no relstate state at {self.path}: give a query's checkpoint "
                 "directory or its state location"
             )
-        self.path = path
         self.fs = fs
         self.root = root
 
@@ -134,6 +142,7 @@ class StateLocation:
                 str(name): {int(k): str(v) for k, v in winners.items()}
                 for name, winners in obj.get("stage_winners", {}).items()
             },
+            repartitioned=_repartitioned(obj.get("repartitioned")),
         )
 
     # -- operators and partitions -----------------------------------------------------
@@ -247,3 +256,19 @@ class StateLocation:
             if meta.name == name:
                 return meta
         raise InputError(f"operator {operator!r} has tables {names}, not {name!r}")
+
+    def side_table(self, operator: str, side: str, batch_id: int | None = None) -> TableMeta:
+        """The table of a join's ``side`` (``left`` or ``right``): the table
+        of that name (``StreamingJoin``, the FK join's stages), or
+        ``{side}_rows`` (``AppendJoin``, whose ``{side}_index`` only orders
+        them by time)."""
+        metas = self.tables(operator, batch_id)
+        for name in (side, f"{side}_rows"):
+            for meta in metas:
+                if meta.name == name:
+                    return meta
+        raise InputError(
+            f"operator {operator!r} has tables {[m.name for m in metas]}, none of them the "
+            f"{side} side of a join ({side!r} or {f'{side}_rows'!r}); name a table (option "
+            "'table')"
+        )

@@ -11,6 +11,7 @@ sources wrap them, one Spark partition per state partition.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -19,18 +20,22 @@ from typing import Any
 import pyarrow as pa
 
 from operators._state_location import StateLocation, table_schema
-from operators.errors import InputError
+from operators.errors import InputError, RepartitionedError, StateStoreError
 from statestore import StateStore, StoreConfig
 from statestore._manifest import Manifest
 from statestore._metadata import TableMeta
+from statestore._transfer import read_changelogs
 
 __all__ = [
+    "CHANGE_COLUMNS",
     "CHANGE_TYPES",
     "METADATA_SCHEMA",
+    "READ",
     "change_schema",
     "metadata",
     "read_changes",
     "read_rows",
+    "scan_chunks",
 ]
 
 #: The kinds of change in a change feed, in the order they are given per key.
@@ -53,19 +58,36 @@ METADATA_SCHEMA = pa.schema(
         pa.field("changelogs", pa.int32()),
         pa.field("state_bytes", pa.int64()),
         pa.field("partition_rows", pa.int64()),
+        pa.field("table_rows", pa.int64()),
+        pa.field("status", pa.string()),
     ]
+)
+
+#: ``status`` of a partition whose commit was read.
+READ = "ok"
+
+
+#: The change feed's own columns, before the table's.
+CHANGE_COLUMNS = (
+    pa.field("batch_id", pa.int64(), nullable=False),
+    pa.field("change_type", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
 )
 
 
 def change_schema(meta: TableMeta) -> pa.Schema:
     """A change feed's columns: the batch, the kind of change, the partition,
-    then the table's own columns."""
-    head = [
-        pa.field("batch_id", pa.int64(), nullable=False),
-        pa.field("change_type", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-    ]
-    return pa.schema([*head, *(f.with_nullable(True) for f in meta.columns)])
+    then the table's own columns. A table with a column of one of those
+    names is refused: the feed would have two columns of one name."""
+    taken = [f.name for f in CHANGE_COLUMNS if f.name in meta.columns.names]
+    if taken:
+        raise InputError(
+            f"table {meta.name!r} has column(s) {taken}, which the change feed's own "
+            f"columns {[f.name for f in CHANGE_COLUMNS]} are named too, so its feed "
+            "cannot be given without two columns of one name; read the state after each "
+            "batch (option batchId) and compare, or rename the table's column"
+        )
+    return pa.schema([*CHANGE_COLUMNS, *(f.with_nullable(True) for f in meta.columns)])
 
 
 @contextlib.contextmanager
@@ -88,13 +110,6 @@ def _reader(
             yield store
     finally:
         shutil.rmtree(local, ignore_errors=True)
-
-
-def _load(store: StateStore, manifest: Manifest | None, name: str) -> list[tuple[Any, ...]]:
-    if manifest is None:
-        return []
-    store.load(manifest.version, manifest.commit_id)
-    return [tuple(row) for row in store.table(name).scan()]
 
 
 def read_rows(
@@ -123,6 +138,27 @@ def read_rows(
     return _table(rows, meta.columns)
 
 
+def scan_chunks(
+    location: StateLocation,
+    operator: str,
+    partition: int,
+    batch_id: int,
+    chunk_rows: int,
+) -> Iterator[tuple[TableMeta, list[tuple[Any, ...]]]]:
+    """Every table's rows in ``partition`` after ``batch_id``, table by
+    table in key order, in lists of at most ``chunk_rows`` rows: the whole
+    state of a partition without holding it in memory."""
+    manifest = location.commit(operator, partition, batch_id)
+    if manifest is None:
+        return
+    with _reader(location, operator, partition, manifest.tables) as store:
+        store.load(manifest.version, manifest.commit_id)
+        for meta in manifest.tables:
+            rows = (tuple(row) for row in store.table(meta.name).scan())
+            while chunk := list(itertools.islice(rows, chunk_rows)):
+                yield meta, chunk
+
+
 def _table(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
     arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=True)]
@@ -140,9 +176,14 @@ def read_changes(
     """What batches ``start``..``end`` (inclusive; default: the latest
     committed) changed in table ``meta`` of ``partition``: per batch, per key,
     ``insert`` (the new row), ``update_preimage`` and ``update_postimage`` (the
-    row before and after) or ``delete`` (the row before). Found by comparing
-    each batch's state with the one before, so it needs ``start - 1`` kept
-    (or ``start`` to be the partition's first version)."""
+    row before and after) or ``delete`` (the row before).
+
+    Each batch is compared with the batch before it, so that one must be kept
+    (or the partition's state must begin at its first kept version). A batch
+    whose commit wrote a changelog on the one before is compared on the keys
+    that changelog touched; a batch that took a snapshot instead (every
+    ``snapshot_interval``-th), or follows a gap, on the whole table."""
+    schema = change_schema(meta)
     if end is None:
         end = location.latest_batch()
     kept = location.kept_batches(operator, partition)
@@ -150,36 +191,102 @@ def read_changes(
         end = kept[-1] if kept else start
     if start > end:
         raise InputError(f"the change feed needs startBatchId <= endBatchId; got {start}..{end}")
-    versions = [v for v in kept if start <= v <= end]
+    if not kept:
+        return schema.empty_table()
     earlier = [v for v in kept if v < start]
-    out: list[tuple[Any, ...]] = []
+    if not earlier:
+        _check_beginning(location, operator, partition, kept, start)
+    versions = [v for v in kept if start <= v <= end]
     if not versions:
-        return _table(out, change_schema(meta))
+        return schema.empty_table()
+    out: list[tuple[Any, ...]] = []
     newest = location.commit(operator, partition, versions[-1])
     with _reader(location, operator, partition, () if newest is None else newest.tables) as store:
-        before_manifest = None
+        before = None
         if earlier:
-            before_manifest = location.commit(operator, partition, earlier[-1])
-        else:
-            first = location.commit(operator, partition, versions[0])
-            if first is not None and first.parent is not None:
-                raise InputError(
-                    f"the change feed from batch {start} needs the state of the batch "
-                    f"before it, which is no longer kept (partition {partition} keeps "
-                    f"{kept[0]}..{kept[-1]}); start at {kept[0] + 1} or later"
-                )
-        before = _keyed(_load(store, before_manifest, meta.name), meta)
+            before = location.commit(operator, partition, earlier[-1])
+            if before is not None:
+                store.load(before.version, before.commit_id)
         for version in versions:
-            manifest = location.commit(operator, partition, version)
-            after = _keyed(_load(store, manifest, meta.name), meta)
-            out.extend(_diff(version, partition, before, after))
+            after = location.commit(operator, partition, version)
+            if after is None:
+                continue
+            out.extend(_batch_changes(location, store, meta, partition, before, after))
             before = after
-    return _table(out, change_schema(meta))
+    return _table(out, schema)
 
 
-def _keyed(rows: list[tuple[Any, ...]], meta: TableMeta) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+def _check_beginning(
+    location: StateLocation, operator: str, partition: int, kept: list[int], start: int
+) -> None:
+    """Refuse a feed from ``start`` when no kept version before it gives the
+    state it changed: the first kept version builds on a removed one, or is
+    the new partition a repartition wrote (the state before it is another
+    partitioning's, kept only in the backup)."""
+    first = location.commit(operator, partition, kept[0])
+    if first is None:
+        return
+    if first.parent is not None:
+        raise InputError(
+            f"the change feed from batch {start} needs the state of the batch before it, "
+            f"which is no longer kept (partition {partition} keeps {kept[0]}..{kept[-1]}); "
+            f"start at {kept[0] + 1} or later"
+        )
+    record = location.record(first.version)
+    if record is not None and record.repartitioned is not None:
+        raise RepartitionedError(
+            f"batch {first.version} of operator {operator!r} was rewritten by `relstate "
+            f"repartition` (from {record.repartitioned[0]} to {record.repartitioned[1]} "
+            f"partitions): partition {partition} has no state of "
+            f"the batches before it to compare with, so a change feed from batch {start} "
+            f"would report the whole state as inserted at {first.version}. Start at "
+            f"{first.version + 1} or later (earlier batches are in the repartition's backup)",
+            first.version + 1,
+        )
+
+
+def _batch_changes(
+    location: StateLocation,
+    store: StateStore,
+    meta: TableMeta,
+    partition: int,
+    before: Manifest | None,
+    after: Manifest,
+) -> list[tuple[Any, ...]]:
+    """The changes ``after`` made to ``store``, which holds ``before`` (the
+    empty state: ``None``) and holds ``after`` on return."""
+    own = [c for c in after.changelogs if c.commit == after.ref]
+    if before is None or after.parent != before.ref or not own:
+        old = _keyed(store, meta) if before is not None else {}
+        store.load(after.version, after.commit_id)
+        return _diff(after.version, partition, old, _keyed(store, meta))
+    table = store.table(meta.name)
+    prefix = table.keys.prefix
+    touched: set[tuple[Any, ...]] = set()
+    checkpoint = location.checkpoint(after.operator_id, after.partition_id)
+    for log in read_changelogs(checkpoint.fs, own, after.version, threads=4):
+        for lower, upper in log.range_deletes:
+            for key, _ in table.backend.items(max(lower, prefix), upper, False):
+                if not key.startswith(prefix):
+                    break
+                touched.add(table.keys.decode_prefix(key)[0])
+        touched.update(table.keys.decode_prefix(k)[0] for k, _ in log.ops if k[:4] == prefix)
+    keys = sorted(touched, key=table.keys.encode)
+    old_rows = table.get_rows(keys)
+    store.load(after.version, after.commit_id)
+    new_rows = store.table(meta.name).get_rows(keys)
+    return _diff(
+        after.version,
+        partition,
+        {k: r for k, r in zip(keys, old_rows, strict=True) if r is not None},
+        {k: r for k, r in zip(keys, new_rows, strict=True) if r is not None},
+    )
+
+
+def _keyed(store: StateStore, meta: TableMeta) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """The table's whole state in ``store``, by primary key."""
     index = [meta.columns.get_field_index(n) for n, _, _ in meta.key_columns]
-    return {tuple(row[i] for i in index): row for row in rows}
+    return {tuple(row[i] for i in index): tuple(row) for row in store.table(meta.name).scan()}
 
 
 def _diff(
@@ -187,31 +294,38 @@ def _diff(
     partition: int,
     before: dict[tuple[Any, ...], tuple[Any, ...]],
     after: dict[tuple[Any, ...], tuple[Any, ...]],
-) -> Iterator[tuple[Any, ...]]:
+) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
     for key, row in after.items():
         old = before.get(key)
         if old is None:
-            yield (version, "insert", partition, *row)
+            out.append((version, "insert", partition, *row))
         elif old != row:
-            yield (version, "update_preimage", partition, *old)
-            yield (version, "update_postimage", partition, *row)
-    for key, old in before.items():
-        if key not in after:
-            yield (version, "delete", partition, *old)
+            out.append((version, "update_preimage", partition, *old))
+            out.append((version, "update_postimage", partition, *row))
+    out.extend((version, "delete", partition, *old) for k, old in before.items() if k not in after)
+    return out
 
 
 def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
     """One row per operator, partition and table at ``batch_id`` (default: the
     latest committed): schema, partition count, the commit read, the kept
-    versions, the snapshot and changelog chain, bytes and rows of the
-    partition's state."""
+    versions, the snapshot and changelog chain, the bytes and rows of the
+    partition's state, and the table's rows (``None`` for a manifest older
+    than that record). A partition whose commit cannot be read (the batch is
+    not kept there, a damaged manifest) is one row with its kept versions and
+    why in ``status``; every other row's ``status`` is ``ok``."""
     rows: list[tuple[Any, ...]] = []
     for operator in location.operators():
         for partition in location.partitions(operator):
-            manifest = location.commit(operator, partition, batch_id)
+            kept = location.kept_batches(operator, partition)
+            try:
+                manifest = location.commit(operator, partition, batch_id)
+            except StateStoreError as exc:
+                rows.append(_unread(operator, partition, batch_id, kept, str(exc)))
+                continue
             if manifest is None:
                 continue
-            kept = location.kept_batches(operator, partition)
             size = sum(f.size for f in manifest.files())
             snapshot = None if manifest.snapshot is None else manifest.snapshot.commit.version
             for meta in manifest.tables:
@@ -232,6 +346,25 @@ def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
                         len(manifest.changelogs),
                         size,
                         manifest.metrics.get("numTotalStateRows"),
+                        manifest.table_rows.get(meta.name),
+                        READ,
                     )
                 )
     return _table(rows, METADATA_SCHEMA)
+
+
+def _unread(
+    operator: str, partition: int, batch_id: int | None, kept: list[int], why: str
+) -> tuple[Any, ...]:
+    """The metadata row of a partition whose commit could not be read."""
+    row: list[Any] = [None] * len(METADATA_SCHEMA)
+    names = METADATA_SCHEMA.names
+    for name, value in (
+        ("operator", operator),
+        ("partition", partition),
+        ("batch_id", batch_id),
+        ("kept_versions", kept),
+        ("status", why),
+    ):
+        row[names.index(name)] = value
+    return tuple(row)

@@ -1,33 +1,35 @@
 """``spark.read.format("relstate-state")`` and ``format("relstate-metadata")``:
 PySpark Python data sources over :mod:`operators._state_read`.
 
-Register them once per session with :func:`register_sources` (the sessions of
-``relstate demo`` and the tests register them already)::
+Register them once per session with :func:`operators.register_sources` (the
+sessions of ``relstate demo`` and the tests register them already)::
 
     register_sources(spark)
     spark.read.format("relstate-state").option("path", checkpoint) \\
-        .option("table", "aggregates").option("batch_id", 41).load()
+        .option("table", "aggregates").option("batchId", 41).load()
 
-Options of ``relstate-state``: ``path`` (the query's checkpoint or its state
+Options of ``relstate-state`` (checked by :mod:`operators._state_options`,
+which takes Spark's spellings): ``path`` (the query's checkpoint or its state
 location), ``operator`` (default: the only one), ``table`` (default: the
-operator's only table; for a join, the side's table), ``batch_id`` (any kept
-batch; default the latest committed), ``partition`` (default: all, one Spark
-partition each), ``readChangeFeed`` with ``startBatchId`` and ``endBatchId``
-(the rows inserted, updated and deleted, with ``batch_id``, ``change_type`` and
-``partition`` columns), and the S3 options ``endpoint``, ``region``,
-``access_key``, ``secret_key``, ``session_token``.
+operator's only table) or ``joinSide`` (``left``/``right``: a join side's
+table), ``batchId`` (any kept batch; default the latest committed),
+``partition`` (default: all, one Spark partition each), ``readChangeFeed``
+with ``changeStartBatchId`` and ``changeEndBatchId`` (the rows inserted,
+updated and deleted, with ``batch_id``, ``change_type`` and ``partition``
+columns), and the S3 options ``endpoint``, ``region``, ``access_key``,
+``secret_key``, ``session_token``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from operators._state_location import StateLocation
+from operators._state_options import ReadRequest
 from operators._state_read import (
     METADATA_SCHEMA,
     change_schema,
@@ -36,70 +38,12 @@ from operators._state_read import (
     read_rows,
 )
 from operators.errors import InputError
-from statestore._filesystems import S3_OPTIONS
+from statestore._metadata import TableMeta
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["MetadataSource", "StateSource", "register_sources"]
-
-
-def register_sources(spark: SparkSession) -> None:
-    """Make ``relstate-state`` and ``relstate-metadata`` readable in ``spark``."""
-    spark.dataSource.register(StateSource)
-    spark.dataSource.register(MetadataSource)
-
-
-@dataclass(frozen=True)
-class _Request:
-    """A read's options, parsed once on the driver and pickled to the tasks."""
-
-    path: str
-    s3: dict[str, str]
-    operator: str | None
-    table: str | None
-    batch_id: int | None
-    partition: int | None
-    change_feed: bool
-    start: int | None
-    end: int | None
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any]) -> _Request:
-        opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-        path = opts.get("path")
-        if not path:
-            raise InputError(
-                'give the checkpoint: spark.read.format("relstate-state").option("path", ...)'
-            )
-        change_feed = opts.get("readchangefeed", "false").lower() == "true"
-        start = _int(opts, "startbatchid")
-        if change_feed and start is None:
-            raise InputError("readChangeFeed needs option startBatchId (the first batch)")
-        return cls(
-            path=path,
-            s3={k: opts[k] for k in S3_OPTIONS if k in opts},
-            operator=opts.get("operator"),
-            table=opts.get("table"),
-            batch_id=_int(opts, "batch_id"),
-            partition=_int(opts, "partition"),
-            change_feed=change_feed,
-            start=start,
-            end=_int(opts, "endbatchid"),
-        )
-
-    def location(self) -> StateLocation:
-        return StateLocation(self.path, self.s3)
-
-
-def _int(opts: Mapping[str, str], key: str) -> int | None:
-    if key not in opts:
-        return None
-    try:
-        return int(opts[key])
-    except ValueError:
-        raise InputError(f"option {key} must be an integer, got {opts[key]!r}") from None
+__all__ = ["MetadataSource", "StateSource"]
 
 
 def _struct(schema: pa.Schema) -> StructType:
@@ -109,6 +53,13 @@ def _struct(schema: pa.Schema) -> StructType:
     return struct
 
 
+def _read_table(location: StateLocation, request: ReadRequest, operator: str) -> TableMeta:
+    """The table the read asks for, by name or by join side."""
+    if request.join_side is not None:
+        return location.side_table(operator, request.join_side, request.version)
+    return location.table(operator, request.table, request.version)
+
+
 class StateSource(DataSource):
     """A state table's rows, or its change feed."""
 
@@ -116,12 +67,11 @@ class StateSource(DataSource):
     def name(cls) -> str:
         return "relstate-state"
 
-    def _resolve(self) -> tuple[_Request, str, pa.Schema]:
-        request = _Request.of(self.options)
+    def _resolve(self) -> tuple[ReadRequest, str, pa.Schema]:
+        request = ReadRequest.of(self.options)
         location = request.location()
         operator = location.operator(request.operator)
-        batch = request.end if request.change_feed else request.batch_id
-        meta = location.table(operator, request.table, batch)
+        meta = _read_table(location, request, operator)
         schema = change_schema(meta) if request.change_feed else meta.columns
         return request, operator, schema
 
@@ -136,7 +86,7 @@ class StateSource(DataSource):
 class _StateReader(DataSourceReader):
     """One input partition per state partition; each task reads its own."""
 
-    def __init__(self, request: _Request, operator: str, schema: pa.Schema) -> None:
+    def __init__(self, request: ReadRequest, operator: str, schema: pa.Schema) -> None:
         self.request = request
         self.operator = operator
         self.arrow = schema
@@ -153,8 +103,7 @@ class _StateReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         request = self.request
         location = request.location()
-        batch = request.end if request.change_feed else request.batch_id
-        meta = location.table(self.operator, request.table, batch)
+        meta = _read_table(location, request, self.operator)
         number = int(partition.value)
         if request.change_feed:
             assert request.start is not None
@@ -175,13 +124,13 @@ class MetadataSource(DataSource):
         return _struct(METADATA_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _MetadataReader(_Request.of(self.options))
+        return _MetadataReader(ReadRequest.of(self.options, "relstate-metadata"))
 
 
 class _MetadataReader(DataSourceReader):
     """One input partition: the metadata is a few rows per state partition."""
 
-    def __init__(self, request: _Request) -> None:
+    def __init__(self, request: ReadRequest) -> None:
         self.request = request
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

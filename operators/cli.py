@@ -152,6 +152,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     repartition.add_argument("checkpoint", help="the query's checkpoint or its state location")
     repartition.add_argument("--partitions", type=int, required=True, help="the new count")
+    repartition.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "repartition even though a partition has versions after the last recorded batch "
+            "(left by a failed batch of a stopped query; never use it on a running query)"
+        ),
+    )
     repartition.set_defaults(handler=_repartition)
     return parser
 
@@ -199,7 +207,7 @@ def _repartition(args: argparse.Namespace) -> int:
 
     _quiet_logs()
     try:
-        result = repartition(args.checkpoint, args.partitions, progress=progress)
+        result = repartition(args.checkpoint, args.partitions, progress=progress, force=args.force)
     except (InputError, StateStoreError) as exc:
         print(f"relstate repartition: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ from operators._spark import local_spark
 from operators.errors import RunnerError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
+from statestore._filesystems import redact
 
 __all__ = ["DemoConfig", "check_java", "run_demo", "write_batches"]
 
@@ -197,10 +198,11 @@ def run_demo(config: DemoConfig) -> bool:
     else:
         shutil.rmtree(root, ignore_errors=True)
         write_batches(source, batches)
+        state = config.state_location
         print(
             f"relstate demo: {config.batches} batches of {config.orders_per_batch:,} order "
             f"changes for {config.customers} customers, {config.partitions} partitions, "
-            f"state in {config.state_location or root / 'checkpoint'}"
+            f"state in {redact(state) if state else root / 'checkpoint'}"
         )
     print("  starting Spark (local[2,3]) ...", flush=True)
     spark = local_spark("relstate-demo")

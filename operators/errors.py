@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from encoding.errors import StateStoreError
 
-__all__ = ["InputError", "RunnerError", "StateStoreError"]
+__all__ = ["InputError", "RepartitionedError", "RunnerError", "StateStoreError"]
 
 
 class InputError(StateStoreError, ValueError):
@@ -16,3 +16,13 @@ class InputError(StateStoreError, ValueError):
 class RunnerError(StateStoreError, RuntimeError):
     """The Spark runner cannot go on: a missing Java, a checkpoint of another
     query, a batch whose tasks did not all commit."""
+
+
+class RepartitionedError(InputError):
+    """A change feed asked for batches across a ``relstate repartition``: the
+    new partitions' first version has no state before it to compare with.
+    :attr:`earliest_start` is the first start batch that can be read."""
+
+    def __init__(self, message: str, earliest_start: int) -> None:
+        super().__init__(message)
+        self.earliest_start = earliest_start

@@ -16,6 +16,11 @@ Tests of many processes (Spark's Python workers, a driver started again) arm a
 point once with :func:`arm`: a file named after the point in the directory
 that ``RELSTATE_FAULT_DIR`` names. The first process to reach the point removes
 the file and dies there; the others, and later runs, go on.
+
+A test that must act on a process while it stands at a point (kill its
+executor, say) makes it wait there with :func:`arm_pause`: the process of that
+pid renames the file to ``{point}.paused-{pid}`` when it arrives, and waits
+until the test removes that file.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -34,6 +40,7 @@ __all__ = [
     "STORE_POINTS",
     "InjectedFault",
     "arm",
+    "arm_pause",
     "fault",
     "inject",
 ]
@@ -113,6 +120,7 @@ def fault(name: str) -> None:
             pass
         else:
             os.kill(os.getpid(), signal.SIGKILL)
+        _pause(armed, name)
     spec = os.environ.get(ENV_VAR)
     if spec:
         point, nth = _parse(spec)
@@ -135,6 +143,28 @@ def arm(directory: str, name: str) -> None:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, name), "w"):
         pass
+
+
+def arm_pause(directory: str, name: str, pid: int) -> None:
+    """Make process ``pid`` wait at point ``name`` (once), with
+    ``RELSTATE_FAULT_DIR=directory`` in its environment, until the test
+    removes ``{directory}/{name}.paused-{pid}``."""
+    if name not in _KNOWN:
+        raise ValueError(f"unknown fault point {name!r}; known points: {POINTS}")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{name}.pause-{pid}"), "w"):
+        pass
+
+
+def _pause(directory: str, name: str) -> None:
+    armed = os.path.join(directory, f"{name}.pause-{os.getpid()}")
+    paused = os.path.join(directory, f"{name}.paused-{os.getpid()}")
+    try:
+        os.rename(armed, paused)
+    except FileNotFoundError:
+        return
+    while os.path.exists(paused):
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager

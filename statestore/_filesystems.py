@@ -16,20 +16,41 @@ environment: ``endpoint``, ``region``, ``access_key``, ``secret_key``,
 (``s3://KEY:SECRET@bucket/path?endpoint_override=host:port&scheme=http``) is
 ``pyarrow``'s own URI syntax and is passed to it as it is: that is how a
 configuration reaches Spark's executors when their environment cannot be set.
+Whatever prints a location (an error, ``relstate inspect``) prints
+:func:`redact`'s form of it, without the credentials.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-__all__ = ["S3_OPTIONS", "filesystem_for", "s3_filesystem"]
+__all__ = ["S3_OPTIONS", "filesystem_for", "redact", "s3_filesystem"]
 
 #: The options :func:`s3_filesystem` takes.
 S3_OPTIONS = ("endpoint", "region", "access_key", "secret_key", "session_token")
+
+
+#: A URI query parameter that holds a secret: its value is never printed.
+_SECRET_PARAM = re.compile(r"(?i)([?&][^=&#]*(?:key|secret|token|password)[^=&#]*=)[^&#]*")
+
+
+def redact(location: str) -> str:
+    """``location`` as it may be printed: a URI's credentials
+    (``s3://KEY:SECRET@bucket``) and any query parameter that names a key,
+    secret, token or password replaced by ``***``; a plain path unchanged."""
+    scheme, sep, rest = location.partition("://")
+    if not sep:
+        return location
+    end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return _SECRET_PARAM.sub(r"\1***", f"{scheme}://{authority}{tail}")
 
 
 def _first(options: Mapping[str, str], key: str, *env: str) -> str | None:

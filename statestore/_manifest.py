@@ -167,6 +167,9 @@ class Manifest:
     changelogs: tuple[ChangelogRef, ...]
     created_at: str
     metrics: dict[str, int] = field(default_factory=dict)
+    #: Rows per table at this version (by table name; empty in a manifest
+    #: written before relstate recorded them).
+    table_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def ref(self) -> CommitRef:
@@ -215,6 +218,7 @@ class Manifest:
             ],
             "created_at": self.created_at,
             "metrics": dict(self.metrics),
+            "table_rows": dict(self.table_rows),
         }
 
     def to_bytes(self) -> bytes:
@@ -273,6 +277,7 @@ class Manifest:
             ),
             created_at=str(b["created_at"]),
             metrics={str(k): int(v) for k, v in b["metrics"].items()},
+            table_rows={str(k): int(v) for k, v in b.get("table_rows", {}).items()},
         )
 
 

@@ -535,6 +535,7 @@ class StateStore:
             changelogs=chain,
             created_at=datetime.now(UTC).isoformat(),
             metrics={"numTotalStateRows": total_rows},
+            table_rows={name: t.row_count for name, t in self._tables.items()},
         )
 
     def _cleanup(self) -> None:

@@ -3,9 +3,12 @@
 
 Run as ``python -m tests.operators._cluster_job WORKLOAD ROOT KILL_BATCH``: it
 runs the workload once with an executor killed while a task of batch
-``KILL_BATCH`` is in its operator, then once undisturbed on a fresh checkpoint,
-and writes ``ROOT/result.json`` with both outputs, per batch, and the
-reference (the operator run record at a time without Spark). It runs in its
+``KILL_BATCH`` waits after its commit (the kill first, then the pause
+released, so the attempt is a zombie for certain and never resumes into a
+live JVM), then once undisturbed on a fresh checkpoint, and writes
+``ROOT/result.json`` with both outputs, per batch, the reference (the
+operator run record at a time without Spark), the attempts of that batch
+in partition 0 with the recorded winner, and each run's time. It runs in its
 own process because the test session's Spark is ``local[2,3]``, and a JVM
 holds one SparkContext.
 
@@ -25,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from operators.dedup import DropDuplicates
 from operators.demo import write_batches
 from operators.join import JoinType, StreamingJoin
 from operators.testing import OperatorHarness
+from statestore import PartitionCheckpoint, _faults
 
 #: A batch's output as a multiset of rows, each ``(row_kind, *output columns)``.
 Output = list[Counter[tuple[Any, ...]]]
@@ -161,9 +165,11 @@ WORKLOADS: dict[str, Workload] = {
 
 class PauseOnce(Operator):
     """``inner``, except that the first task of partition 0 in batch
-    ``batch`` stops before its commit, says so with a file ``ready-<pid>`` in
-    ``markers``, and waits until the file ``killed`` appears there (its
-    executor is being killed); every later attempt runs straight through."""
+    ``batch`` arms a pause for its own Python worker at the runner's point
+    after the commit (:func:`statestore._faults.arm_pause`): the attempt
+    commits, then waits there until its executor is killed, so that a
+    committed attempt that nobody records exists for certain and the retry
+    commits a second one. Every later attempt runs straight through."""
 
     def __init__(self, inner: Operator, batch: int, markers: str) -> None:
         self.inner = inner
@@ -190,15 +196,18 @@ class PauseOnce(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         self.inner.close(ctx)
-        killed = Path(self.markers, "killed")
-        if ctx.batch_id != self.batch or ctx.partition_id != 0 or killed.exists():
+        if ctx.batch_id != self.batch or ctx.partition_id != 0:
             return
-        Path(self.markers, f"ready-{os.getpid()}").touch()
-        deadline = time.monotonic() + 300
-        while not killed.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError("the test never killed this task's executor")
-            time.sleep(0.1)
+        try:  # the first attempt only: the file exists once
+            os.close(os.open(Path(self.markers, "armed"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        os.environ[_faults.DIR_ENV_VAR] = self.markers
+        _faults.arm_pause(self.markers, PAUSE_POINT, os.getpid())
+
+
+#: Where the paused attempt waits: committed, its output not yet returned.
+PAUSE_POINT = "runner.task_after_commit"
 
 
 def _executor_of(pid: int) -> int | None:
@@ -216,19 +225,60 @@ def _executor_of(pid: int) -> int | None:
     return None
 
 
-def _killer(markers: Path, killed: list[int], stop: threading.Event) -> None:
-    """Wait for a paused task, then SIGKILL its executor JVM."""
-    while not stop.is_set():
-        ready = list(markers.glob("ready-*"))
-        if ready:
-            worker = int(ready[0].name.split("-")[1])
-            executor = _executor_of(worker)
-            (markers / "killed").touch()
-            if executor is not None:
-                os.kill(executor, signal.SIGKILL)
-                killed.append(executor)
-            return
+@dataclass
+class Killed:
+    """What the killer did: the executor JVM it killed, the paused Python
+    worker, the commit id the paused attempt published, and whether that
+    worker exited."""
+
+    executor: int | None = None
+    worker: int | None = None
+    commit_id: str | None = None
+    worker_exited: bool = False
+    #: When the executor was killed (``time.monotonic()``), and how long the
+    #: paused worker took to exit after that.
+    at: float = 0.0
+    exit_s: float | None = None
+
+
+def _gone(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
         time.sleep(0.1)
+    return False
+
+
+def _killer(
+    markers: Path, state: Path, operator: str, batch: int, out: Killed, stop: threading.Event
+) -> None:
+    """Wait for the paused attempt, SIGKILL its executor JVM, then release
+    the pause, and make sure the paused worker exits."""
+    while not stop.is_set():
+        paused = list(markers.glob(f"{PAUSE_POINT}.paused-*"))
+        if not paused:
+            time.sleep(0.1)
+            continue
+        out.worker = int(paused[0].name.rsplit("-", 1)[1])
+        # The paused attempt has committed; the retry cannot have yet.
+        (out.commit_id,) = PartitionCheckpoint(str(state), operator, 0).commits(batch)
+        out.executor = _executor_of(out.worker)
+        if out.executor is not None:
+            os.kill(out.executor, signal.SIGKILL)
+        out.at = time.monotonic()
+        paused[0].unlink()  # only now may the worker go on (to a dead JVM)
+        out.worker_exited = _gone(out.worker, 60)
+        if out.worker_exited:
+            out.exit_s = round(time.monotonic() - out.at, 1)
+        else:
+            os.kill(out.worker, signal.SIGKILL)
+        return
 
 
 def _run(
@@ -298,16 +348,37 @@ def main(argv: list[str]) -> None:
         sources.append(source)
     markers = root / "markers"
     markers.mkdir(parents=True)
-    killed: list[int] = []
+    killed = Killed()
     stop = threading.Event()
-    thread = threading.Thread(target=_killer, args=(markers, killed, stop), daemon=True)
+    operator = workload.operator()
+    state = root / "disturbed" / "checkpoint" / "state"
+    thread = threading.Thread(
+        target=_killer, args=(markers, state, operator.name, kill_batch, killed, stop), daemon=True
+    )
     thread.start()
-    paused = PauseOnce(workload.operator(), kill_batch, str(markers))
+    paused = PauseOnce(operator, kill_batch, str(markers))
+    started = time.monotonic()
     disturbed = _run(spark, workload, sources, root / "disturbed", paused)
+    finished = time.monotonic()
     stop.set()
+    thread.join(70)
+    disturbed_s = finished - started
+    killed_after_s = killed.at - started if killed.at else None
+    started = time.monotonic()
     calm = _run(spark, workload, sources, root / "calm", workload.operator())
+    calm_s = time.monotonic() - started
+    checkpoint = PartitionCheckpoint(str(state), operator.name, 0)
+    record = json.loads((state / "_runner" / "batches" / f"{kill_batch:020d}.json").read_text())
     result: Mapping[str, Any] = {
-        "killed": killed,
+        "killed": asdict(killed),
+        "attempts": checkpoint.commits(kill_batch),
+        "winner": checkpoint.winner(kill_batch),
+        "recorded": record["winners"]["0"],
+        "seconds": {
+            "disturbed": round(disturbed_s, 1),
+            "kill_at": None if killed_after_s is None else round(killed_after_s, 1),
+            "calm": round(calm_s, 1),
+        },
         "disturbed": _jsonable(disturbed),
         "calm": _jsonable(calm),
         "reference": _jsonable(workload.reference(inputs)),

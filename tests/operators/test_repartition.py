@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from encoding import TableSchema
-from operators import _repartition
+from operators import _repartition, cli
 from operators._repartition import repartition
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation
@@ -217,18 +217,18 @@ class TestInterrupted:
         untouched and the command run again starts over."""
         rows = _rows(seed=9)
         checkpoint = write_state(tmp_path, 2, rows, ["bigint"])
-        real = _repartition._move_partition
+        real = _repartition.scan_chunks
 
         def killed(*args: Any) -> Any:
-            if args[4] == 1:
+            if args[2] == 1:
                 raise OSError("killed")
             return real(*args)
 
-        monkeypatch.setattr(_repartition, "_move_partition", killed)
+        monkeypatch.setattr(_repartition, "scan_chunks", killed)
         with pytest.raises(OSError, match="killed"):
             repartition(checkpoint, 3)
         assert StateLocation(checkpoint).partitions(OPERATOR) == [0, 1]
-        monkeypatch.setattr(_repartition, "_move_partition", real)
+        monkeypatch.setattr(_repartition, "scan_chunks", real)
         repartition(checkpoint, 3)
         _check_finished(checkpoint, rows, 3)
 
@@ -261,6 +261,62 @@ class TestInterrupted:
         repartition(uri, 3)
         prefix = uri.split("/")[3].split("?")[0]
         _check_finished(uri, rows, 3, s3.uri(f"{prefix}.before-repartition-0-2-to-3"))
+
+
+class TestBoundedMemory:
+    def test_rows_stream_in_chunks_and_new_stores_spill(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With chunk_rows=7, no old partition is read more than 7 rows at a
+        time, the new stores spill (their commits' changelogs come in
+        parts), and every row still lands once in its partition."""
+        rows = _rows(seed=14)
+        checkpoint = write_state(tmp_path, 2, rows, ["bigint"])
+        real = _repartition.scan_chunks
+        chunks: list[int] = []
+
+        def spy(*args: Any) -> Any:
+            for meta, chunk in real(*args):
+                chunks.append(len(chunk))
+                yield meta, chunk
+
+        monkeypatch.setattr(_repartition, "scan_chunks", spy)
+        result = repartition(checkpoint, 3, chunk_rows=7)
+        assert max(chunks) == 7 and sum(chunks) == len(rows["events"]) + len(rows["totals"])
+        assert result.rows == {"events": len(rows["events"]), "totals": len(rows["totals"])}
+        state = tmp_path / "checkpoint" / "state" / OPERATOR
+        for p in range(3):
+            assert sorted((state / str(p) / "changelogs").glob("*-p000001.log"))
+        for table in (EVENTS, TOTALS):
+            found = all_rows(checkpoint, table)
+            for p, part in found.items():
+                assert all(spark_partition([r[0]], [pa.int64()], 3) == p for r in part)
+            assert sorted(r for part in found.values() for r in part) == rows[table.name]
+
+
+class TestRunningQuery:
+    def test_a_version_after_the_last_record_is_refused_unless_forced(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A partition that committed batch 1 while the runner recorded only
+        batch 0 (a batch in flight, or failed) is refused, naming --force,
+        and nothing changes; with --force the recorded batch 0 is
+        repartitioned and batch 1's attempt is left in the backup."""
+        rows = _rows(seed=15)
+        checkpoint = write_state(tmp_path, 2, rows, ["bigint"])
+        location = StateLocation(checkpoint)
+        with StateStore(location.root, OPERATOR, 1, TABLES) as store:
+            store.load(0)
+            store.table("totals").insert((10**13, 1.0))
+            store.commit(1)
+        assert cli.main(["repartition", checkpoint, "--partitions", "3"]) == 2
+        err = capsys.readouterr().err
+        assert "partition 1 of operator 'by_user'" in err
+        assert "has version(s) [1] after batch 0" in err and "--force" in err
+        assert location.partitions(OPERATOR) == [0, 1]
+        assert not (tmp_path / "checkpoint" / "state.repartition").exists()
+        assert cli.main(["repartition", checkpoint, "--partitions", "3", "--force"]) == 0
+        _check_finished(checkpoint, rows, 3)
 
 
 class TestRefusals:

@@ -22,12 +22,23 @@ from operators._runner import run_operator
 from operators._sinks import ParquetSink
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation, table_schema
-from operators._state_read import metadata, read_rows
+from operators._state_read import metadata, read_changes, read_rows
 from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import StateStore
 from tests._s3 import BUCKET, MotoS3
+from tests.operators._harness_state import (
+    LatestRow,
+    append_feed,
+    append_join,
+    dedup_feed,
+    drop_duplicates,
+    harness_state,
+    join_feed,
+    streaming_join,
+    typed_feed,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -165,9 +176,10 @@ class TestStateSource:
             net_changes(orders, b) for b in (1, 2, 3)
         ]
 
-    def test_metadata_view(self, spark: Any, query: Path) -> None:
+    def test_metadata_view(self, spark: Any, query: Path, orders: list[pa.Table]) -> None:
         """relstate-metadata lists each partition's tables with schema, the
-        partition count, the latest batch and the kept versions."""
+        partition count, the latest batch, the kept versions and the table's
+        own rows."""
         rows = (
             spark.read.format("relstate-metadata")
             .option("path", str(query))
@@ -185,6 +197,8 @@ class TestStateSource:
             assert r["batch_id"] == 3
             assert r["kept_versions"] == [0, 1, 2, 3]
             assert r["state_bytes"] > 0
+            assert r["status"] == "ok"
+        assert sum(r["table_rows"] for r in rows) == len(live_after(orders, 3))
 
     def test_an_unrecorded_batch_is_not_read(self, query: Path) -> None:
         """A batch after the runner's last record is refused, never read."""
@@ -366,3 +380,133 @@ class TestOnS3:
             k for p in (0, 1) for k in read_rows(local, OPERATOR, meta, p).column("key").to_pylist()
         ]
         assert sorted(keys) == sorted(before)
+
+
+def _arrow(df: Any) -> list[dict[str, Any]]:
+    """A DataFrame's rows as Python values, through Arrow (no session time
+    zone applied to timestamps)."""
+    rows: list[dict[str, Any]] = df.toArrow().to_pylist()
+    return rows
+
+
+def _offline(location: StateLocation, table: str) -> list[dict[str, Any]]:
+    name = location.operator(None)
+    meta = location.table(name, table)
+    return [
+        r for p in location.partitions(name) for r in read_rows(location, name, meta, p).to_pylist()
+    ]
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=repr)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StateLocation]:
+    """State of a StreamingJoin, an AppendJoin, DropDuplicates and a table of
+    every column type, each on 2 partitions after 3 batches, built by the
+    harness (no Spark time)."""
+    makers = {
+        "join": (streaming_join, join_feed),
+        "append_join": (append_join, append_feed),
+        "dedup": (drop_duplicates, dedup_feed),
+        "typed": (LatestRow, typed_feed),
+    }
+    return {
+        name: StateLocation(str(harness_state(tmp_path_factory.mktemp(name), make, feed)))
+        for name, (make, feed) in makers.items()
+    }
+
+
+class TestOperatorsState:
+    @pytest.mark.parametrize(
+        ("state", "side", "table"),
+        [
+            ("join", "left", "left"),
+            ("join", "right", "right"),
+            ("append_join", "left", "left_rows"),
+        ],
+    )
+    def test_a_join_side(
+        self, spark: Any, built: dict[str, StateLocation], state: str, side: str, table: str
+    ) -> None:
+        """joinSide reads a StreamingJoin's side table and an AppendJoin's
+        rows table, every partition, with the rows the checkpoint holds."""
+        location = built[state]
+        df = spark.read.format("relstate-state").option("path", location.path)
+        got = _arrow(df.option("joinSide", side).load())
+        assert got and _sorted(got) == _sorted(_offline(location, table))
+
+    def test_dedup_state(self, spark: Any, built: dict[str, StateLocation]) -> None:
+        """DropDuplicates' seen table reads every key seen so far."""
+        location = built["dedup"]
+        got = _arrow(spark.read.format("relstate-state").option("path", location.path).load())
+        assert sorted(r["k"] for r in got) == list(range(20))
+
+    def test_column_types(self, spark: Any, built: dict[str, StateLocation]) -> None:
+        """Timestamp, date, decimal, binary, boolean, double and int columns
+        keep their Spark types and their values, nulls included."""
+        location = built["typed"]
+        df = spark.read.format("relstate-state").option("path", location.path).load()
+        assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+            ("k", "bigint"),
+            ("name", "string"),
+            ("at", "timestamp_ntz"),
+            ("day", "date"),
+            ("amount", "decimal(12,3)"),
+            ("blob", "binary"),
+            ("flag", "boolean"),
+            ("ratio", "double"),
+            ("small", "int"),
+        ]
+        got = _arrow(df)
+        assert _sorted(got) == _sorted(_offline(location, "rows"))
+        assert any(r["blob"] is None for r in got) and any(r["flag"] is None for r in got)
+
+    def test_change_feed_from_batch_zero_of_one_partition(
+        self, spark: Any, built: dict[str, StateLocation]
+    ) -> None:
+        """A change feed from startBatchId 0 with option partition gives that
+        partition's rows only, batch 0 as inserts, each batch as the offline
+        feed computes it."""
+        location = built["typed"]
+        df = (
+            spark.read.format("relstate-state")
+            .option("path", location.path)
+            .option("readChangeFeed", "true")
+            .option("changeStartBatchId", 0)
+            .option("partition", 1)
+            .load()
+        )
+        got = _arrow(df)
+        meta = location.table("latest", "rows")
+        assert {r["partition"] for r in got} == {1}
+        assert {r["change_type"] for r in got if r["batch_id"] == 0} == {"insert"}
+        assert {r["batch_id"] for r in got} == {0, 1, 2}
+        assert _sorted(got) == _sorted(read_changes(location, "latest", meta, 1, 0).to_pylist())
+
+    def test_refusals_reach_the_caller(
+        self, spark: Any, built: dict[str, StateLocation], tmp_path: Path
+    ) -> None:
+        """An unknown option fails the read on the driver, and a change feed
+        whose batch before the start is no longer kept fails naming the
+        earliest start."""
+        location = built["dedup"]
+        reader = spark.read.format("relstate-state").option("path", location.path)
+        with pytest.raises(Exception, match="has no option 'bogus'"):
+            reader.option("bogus", 1).load()
+        copy = tmp_path / "dedup"
+        shutil.copytree(location.root, copy)
+        for manifest in (copy / "drop_duplicates" / "1" / "manifests").glob(f"{0:020d}-*.json"):
+            manifest.unlink()
+        feed = (
+            spark.read.format("relstate-state")
+            .option("path", str(copy))
+            .option("readChangeFeed", "true")
+            .option("changeStartBatchId", 1)
+            .load()
+        )
+        with pytest.raises(
+            Exception, match=r"no longer kept \(partition 1 keeps 1..2\); start at 2"
+        ):
+            feed.collect()

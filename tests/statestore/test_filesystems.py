@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from statestore._filesystems import filesystem_for
+from statestore._filesystems import filesystem_for, redact
 from tests._s3 import BUCKET, MotoS3
 
 
@@ -59,3 +59,29 @@ class TestFilesystemFor:
         """An s3:// URI carrying its endpoint and credentials is pyarrow's own."""
         fs, path = filesystem_for(s3.uri())
         assert _roundtrip(fs, path) == b"relstate"
+
+
+class TestRedact:
+    @pytest.mark.parametrize(
+        ("location", "printed"),
+        [
+            ("/data/state", "/data/state"),
+            ("file:///data/state", "file:///data/state"),
+            ("s3://bucket/state", "s3://bucket/state"),
+            (
+                "s3://AKID:SECRET@bucket/state?endpoint_override=h:9000&scheme=http",
+                "s3://***@bucket/state?endpoint_override=h:9000&scheme=http",
+            ),
+            ("s3://AKID:SECRET@bucket", "s3://***@bucket"),
+            ("hdfs://user@namenode:8020/state", "hdfs://***@namenode:8020/state"),
+            (
+                "s3://bucket/p?access_key=AKID&secret_key=SECRET&session_token=T&region=r",
+                "s3://bucket/p?access_key=***&secret_key=***&session_token=***&region=r",
+            ),
+            ("s3://bucket?region=a@b", "s3://bucket?region=a@b"),
+        ],
+    )
+    def test_credentials_are_replaced(self, location: str, printed: str) -> None:
+        """A URI's user info and its key, secret and token parameters are
+        replaced by ***; everything else is printed as it is."""
+        assert redact(location) == printed
