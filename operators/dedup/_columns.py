@@ -95,10 +95,13 @@ def event_micros(batch: pa.RecordBatch, column: str, operator: str) -> list[int]
 
 def expiry_schema(table_id: int, key_fields: Sequence[pa.Field], name: str) -> TableSchema:
     """An index of ``(expires_at, key...)``: the keys that expire first come
-    first, so eviction is a range scan of what expires and one range delete."""
+    first, so eviction is a range scan of what expires and one range delete.
+    Auxiliary: its entries are not state rows of their own."""
     fields = [pa.field("expires_at", pa.int64(), nullable=False), *key_fields]
     keys = [f.name for f in key_fields]
-    return TableSchema(table_id, fields, [f.name for f in fields], name=name, partition_by=keys)
+    return TableSchema(
+        table_id, fields, [f.name for f in fields], name=name, partition_by=keys, auxiliary=True
+    )
 
 
 class ExpiryIndex:

@@ -56,6 +56,7 @@ _SWEEPS = TableSchema(
     # A sweep only deletes what has expired, so an early one is harmless:
     # after a repartition each partition sweeps at the earliest old time.
     partition_by=PartitionLocal(least="next_sweep_ms"),
+    auxiliary=True,
 )
 
 

@@ -246,19 +246,24 @@ class TestStateTtl:
 
     def test_expired_state_is_deleted(self, backend: str) -> None:
         """Expired keys leave state at the next batch: rows and index entries
-        are deleted, the others stay."""
+        are deleted, the others stay; a key counts once in the state metrics
+        (its expiry index entry is auxiliary), as in Spark."""
         with harness(Deduplicate(KV, ["k"], state_ttl_ms=100), backend) as h:
             h.set_processing_time(0)
             feed(h, [(1, 1), (2, 2)])
             h.commit()
+            assert h.last_metrics["numTotalStateRows"] == 2
+            assert h.last_metrics["numUpdatedStateRows"] == 2
             h.set_processing_time(50)
             feed(h, [(2, 3)])
             h.commit()
+            assert h.last_metrics["numUpdatedStateRows"] == 1
             h.set_processing_time(120)
             h.commit()
             assert list(h.table("rows").scan()) == [(2, 3, 150)]
             assert list(h.table("expiry").scan()) == [(150, 2)]
-            assert h.last_metrics["numRemovedStateRows"] == 2
+            assert h.last_metrics["numRemovedStateRows"] == 1
+            assert h.last_metrics["numTotalStateRows"] == 1
 
     def test_bad_configurations_are_refused(self) -> None:
         """A changelog with keep-first or row time, an unknown keep, a missing
