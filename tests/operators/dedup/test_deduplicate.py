@@ -279,3 +279,78 @@ class TestStateTtl:
                 Deduplicate(KV, ["k"], **kw)
         with pytest.raises(ValueError):
             Deduplicate(KV, ["x"])
+
+
+class TestMetrics:
+    """docs/operators/dedup.md, Metrics: each counter, in both modes."""
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_duplicates_count_alike(self, backend: str, mini_batch: bool) -> None:
+        """Keep-first: every later row of a key is a duplicate, inside a batch
+        or against state, with or without mini-batch; output and state rows
+        count what was emitted and written."""
+        op = Deduplicate(KV, ["k"], keep="first", mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            h.process_rows([(1, 1), (1, 2), (2, 1), (1, 3)])
+            h.commit()
+            m = h.last_metrics
+            assert (m["numDroppedDuplicateRows"], m["numFoldedRows"]) == (2, 0)
+            assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (2, 2)
+            assert m["numTotalStateRows"] == 2
+            h.process_rows([(2, 5), (3, 1)])
+            h.commit()
+            m = h.last_metrics
+            assert (m["numDroppedDuplicateRows"], m["numOutputRows"]) == (1, 1)
+            assert m["numUpdatedStateRows"] == 1
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_row_time_losers_are_duplicates(self, backend: str, mini_batch: bool) -> None:
+        """Row time, keep-last: rows earlier than the stored row are
+        duplicates in both modes, though the fold decides only one of them."""
+        op = Deduplicate(TIMED, ["k"], order_by="t", mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            feed(h, [(1, 1, 20)])
+            h.commit()
+            assert h.process_rows([(1, 2, 10), (1, 3, 12)]) == []
+            h.commit()
+            m = h.last_metrics
+            assert (m["numDroppedDuplicateRows"], m["numFoldedRows"]) == (2, 0)
+            assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (0, 0)
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_unknown_retractions_counted_apart(self, backend: str, mini_batch: bool) -> None:
+        """A retraction of a key with no row is counted as such, not as a
+        duplicate, in both modes."""
+        op = Deduplicate(KV, ["k"], changelog=True, mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            out = h.process_rows([(7, None), (7, None), (7, 1)], [D, D, INS])
+            assert out == [(INS, (7, 1))]
+            h.commit()
+            m = h.last_metrics
+            assert m["numRetractionsOfUnknownKeys"] == 2
+            assert m["numDroppedDuplicateRows"] == 0
+            assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (1, 1)
+
+    @pytest.mark.parametrize(("mini_batch", "suppressed", "folded"), [(False, 2, 0), (True, 0, 2)])
+    def test_identical_and_folded_rows(
+        self, backend: str, mini_batch: bool, suppressed: int, folded: int
+    ) -> None:
+        """Keep-last, TTL off: record at a time an identical row is suppressed;
+        a mini-batch folds it into the batch's last row instead."""
+        op = Deduplicate(KV, ["k"], mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            assert h.process_rows([(1, 12), (1, 12), (1, 12)]) == [(INS, (1, 12))]
+            h.commit()
+            m = h.last_metrics
+            assert m["numSuppressedIdenticalRows"] == suppressed
+            assert m["numFoldedRows"] == folded
+            assert m["numDroppedDuplicateRows"] == 0
+
+    def test_replaced_rows_fold(self, backend: str) -> None:
+        """Keep-last with mini-batch: a row a later one replaces within the
+        batch is folded; record at a time it is emitted."""
+        with harness(Deduplicate(KV, ["k"]), backend) as h:
+            assert h.process_rows([(1, 12), (1, 13), (2, 1)]) == [(INS, (1, 13)), (INS, (2, 1))]
+            h.commit()
+            m = h.last_metrics
+            assert (m["numFoldedRows"], m["numOutputRows"], m["numUpdatedStateRows"]) == (1, 2, 2)
