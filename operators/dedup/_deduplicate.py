@@ -71,8 +71,8 @@ class Deduplicate(Operator):
     """``ROW_NUMBER() OVER (PARTITION BY key ORDER BY time) = 1`` (Flink).
 
     ``keep`` is ``"first"`` or ``"last"``. ``order_by=None`` orders by
-    processing time (arrival order; give ``sequence_column`` to fix the order
-    of a changelog inside a batch); a column
+    processing time (arrival order; give ``sequence_column``, a column of
+    ``schema``, to fix the order of a changelog inside a batch); a column
     name orders by that event-time column. ``generate_update_before`` and
     ``generate_insert`` are Flink's flags; ``changelog=True`` accepts
     ``-U``/``-D`` input (keep-last on processing time only). ``state_ttl_ms``
@@ -104,6 +104,8 @@ class Deduplicate(Operator):
             raise ValueError(f"keep is 'first' or 'last', got {keep!r}")
         if order_by is not None:
             check_columns(schema, [order_by], "order_by")
+        if sequence_column is not None:
+            check_columns(schema, [sequence_column], "sequence")
         if changelog and (keep == "first" or order_by is not None):
             raise ValueError(
                 "a changelog input is deduplicated keeping the last row on processing time "
