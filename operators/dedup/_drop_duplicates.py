@@ -19,8 +19,8 @@ event time leads the state key of ``DropDuplicates`` (one range delete), and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -29,6 +29,7 @@ from operators._operator import Operator, OperatorContext
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
+    check_watermark,
     column_lists,
     event_micros,
     expiry_schema,
@@ -36,6 +37,9 @@ from operators.dedup._columns import (
     rows_of,
 )
 from statestore import ConsistencyMode
+
+if TYPE_CHECKING:
+    from operators._runner import Watermark
 
 __all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
 
@@ -119,6 +123,10 @@ class _FirstRowPerKey(Operator):
         """Store the new keys (in state key order) with their event times."""
         raise NotImplementedError
 
+    def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:
+        """The query's watermark must be on ``event_time`` (see check_watermark)."""
+        check_watermark(self.name, self.event_time, watermarks)
+
 
 class DropDuplicates(_FirstRowPerKey):
     """Spark's ``withWatermark(event_time, ...).dropDuplicates(columns)``, or
@@ -194,6 +202,10 @@ class DropDuplicatesWithinWatermark(_FirstRowPerKey):
             expires = t + self.delay_us
             table.insert((*key, expires))
             index.move(key, None, expires)
+
+    def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:
+        """The query's watermark must be on ``event_time``, with ``delay_ms``."""
+        check_watermark(self.name, self.event_time, watermarks, self.delay_us // 1000)
 
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key with ``expires_at <= watermark`` through the index."""

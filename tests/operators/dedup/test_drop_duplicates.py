@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from operators import InputError, RowKind
+from operators import InputError, ParquetSink, RowKind, Watermark, run_operator
 from operators.dedup import DropDuplicates, DropDuplicatesWithinWatermark
 from operators.testing import OperatorHarness
 
@@ -166,6 +167,53 @@ class TestDropDuplicatesWithinWatermark:
             run_batch(h, [row(1, 100)], 100)
             assert run_batch(h, [row(2, 100), row(2, 101)], 100) == [row(2, 101)]
             assert h.last_metrics["numRowsDroppedByWatermark"] == 1
+
+
+class TestWatermarkCheck:
+    """check_watermarks: the runner's watermark must agree with the operator's
+    event time and delay, as Spark takes both from one withWatermark."""
+
+    def test_within_watermark_delay_must_match(self) -> None:
+        """DropDuplicatesWithinWatermark refuses a watermark of another delay
+        or column, or none; the same column and delay pass."""
+        op = DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=50)
+        op.check_watermarks({0: Watermark("ts", 50)})
+        with pytest.raises(InputError, match="delay_ms=80"):
+            op.check_watermarks({0: Watermark("ts", 80)})
+        with pytest.raises(InputError, match="same column"):
+            op.check_watermarks({0: Watermark("v", 50)})
+        with pytest.raises(InputError, match="no watermark"):
+            op.check_watermarks({})
+
+    def test_drop_duplicates_event_time_needs_the_watermark(self) -> None:
+        """DropDuplicates with an event time refuses to run without a
+        watermark on it (it would never drop late rows nor evict); one
+        without an event time refuses a watermark (Spark would drop late
+        rows); any delay will do."""
+        with_time = DropDuplicates(EVENTS, ["k"], event_time="ts")
+        with_time.check_watermarks({0: Watermark("ts", 1)})
+        with pytest.raises(InputError, match="no watermark"):
+            with_time.check_watermarks({})
+        without = DropDuplicates(EVENTS, ["k"])
+        without.check_watermarks({})
+        with pytest.raises(InputError, match="event_time='ts'"):
+            without.check_watermarks({0: Watermark("ts", 100)})
+
+    def test_runner_checks_before_it_reads_the_input(self, tmp_path: Path) -> None:
+        """run_operator calls the check first: a mismatch is an InputError
+        before the input or the checkpoint is touched."""
+        op = DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=50)
+        with pytest.raises(InputError, match="delay_ms=150"):
+            run_operator(
+                object(),  # type: ignore[arg-type]
+                op,
+                keys=["k"],
+                partitions=2,
+                checkpoint=str(tmp_path / "checkpoint"),
+                sink=ParquetSink(str(tmp_path / "out")),
+                watermarks={0: Watermark("ts", 150)},
+            )
+        assert not (tmp_path / "checkpoint").exists()
 
 
 # -- random inputs against a model of Spark's operators ----------------------------------
