@@ -126,6 +126,26 @@ class TestDropDuplicates:
             assert run_batch(h, [row(4, 100), row(5, 150)], 200) == [row(5, 150)]
             assert h.last_metrics["numRowsDroppedByWatermark"] == 1
 
+    @pytest.mark.parametrize("watermark", [True, False])
+    def test_worked_example_without_time_in_key(self, backend: str, watermark: bool) -> None:
+        """docs/operators/dedup.md's dropDuplicates(k) table: with a
+        watermark late rows are dropped and no key is evicted; without one
+        nothing is late, and every key stays too."""
+        op = DropDuplicates(EVENTS, ["k"], event_time="ts" if watermark else None)
+        marks: list[int | None] = [None, 50, 200] if watermark else [None, None, None]
+        with OperatorHarness(op, backend=backend) as h:
+            b0 = run_batch(h, [row(1, 100), row(2, 150), row(1, 120)], marks[0])
+            assert b0 == [row(1, 100), row(2, 150)]
+            assert run_batch(h, [row(3, 40), row(1, 300)], marks[1]) == [row(3, 40)]
+            out = run_batch(h, [row(4, 50), row(5, 60), row(1, 400)], marks[2])
+            assert out == ([row(5, 60)] if watermark else [row(4, 50), row(5, 60)])
+            m = h.last_metrics
+            assert m.get("numRowsDroppedByWatermark", 0) == (1 if watermark else 0)
+            assert m["numDroppedDuplicateRows"] == 1
+            assert m["numRemovedStateRows"] == 0
+            keys = [r[0] for r in h.table("seen").scan()]
+            assert keys == ([1, 2, 3, 5] if watermark else [1, 2, 3, 4, 5])
+
     def test_changelog_and_null_event_time_are_refused(self) -> None:
         """A retraction, or a row without an event time, is an InputError."""
         with (
