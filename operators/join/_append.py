@@ -29,6 +29,16 @@ from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
+from operators.join._metrics import (
+    EVICTED,
+    LATE,
+    MATCHED,
+    PADDED,
+    REMOVED,
+    TOTAL,
+    UPDATED,
+    side_metric,
+)
 from operators.join._spec import JoinSpec, JoinType, output_schema
 from statestore import ConsistencyMode, InconsistencyError, StateTable
 
@@ -115,7 +125,7 @@ class AppendJoin(Operator):
             lateness = self.time.lateness_time
             kept = [i for i, t in enumerate(times) if lateness(t) > cut]
             if len(kept) < len(times):
-                ctx.count(f"{name}LateRowsDropped", len(times) - len(kept))
+                ctx.count(side_metric(name, LATE), len(times) - len(kept))
                 batch = batch.take(pa.array(kept, type=pa.int64()))
                 times = [times[i] for i in kept]
         if batch.num_rows:
@@ -175,8 +185,8 @@ class AppendJoin(Operator):
             batch = batch.take(pa.array(keep, type=pa.int64()))
             times, found = [times[i] for i in keep], [found[i] for i in keep]
         self._store(ctx, side, batch, times, found)
-        ctx.count("matchedRows", matched_pairs)
-        ctx.count(f"{SIDE_NAMES[1 - side]}RowsUpdated", flagged)
+        ctx.count(MATCHED, matched_pairs)
+        ctx.count(side_metric(SIDE_NAMES[1 - side], UPDATED), flagged)
 
     @staticmethod
     def _candidates(
@@ -238,7 +248,7 @@ class AppendJoin(Operator):
         floor = self._floor(ctx, side)
         if floor is None or lowest < floor:
             ctx.table(FLOORS.name).upsert((side, lowest))
-        ctx.count(f"{SIDE_NAMES[side]}RowsUpdated", n)
+        ctx.count(side_metric(SIDE_NAMES[side], UPDATED), n)
 
     def close(self, ctx: OperatorContext) -> None:
         """Evict each side's rows at or below its state watermark (step 3);
@@ -252,7 +262,7 @@ class AppendJoin(Operator):
         ctx.count("evictionTimeMs", (time.perf_counter_ns() - started) // 1_000_000)
         for side in (0, 1):
             rows = ctx.table(self.sides[side].rows.name)
-            ctx.count(f"{SIDE_NAMES[side]}StateRows", rows.row_count)
+            ctx.count(side_metric(SIDE_NAMES[side], TOTAL), rows.row_count)
 
     @staticmethod
     def _floor(ctx: OperatorContext, side: int) -> int | None:
@@ -302,6 +312,6 @@ class AppendJoin(Operator):
                     padded += 1
         index.clean_below(cut + 1, start=floor)
         name = SIDE_NAMES[side]
-        ctx.count(f"{name}RowsEvicted", len(stored))
-        ctx.count(f"{name}RowsRemoved", len(stored))
-        ctx.count("nullPaddedRows", padded)
+        ctx.count(side_metric(name, EVICTED), len(stored))
+        ctx.count(side_metric(name, REMOVED), len(stored))
+        ctx.count(PADDED, padded)

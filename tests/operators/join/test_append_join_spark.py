@@ -217,7 +217,9 @@ class TestAppendJoinAgainstSpark:
         assert matched > 0, "the data must make matches"
         assert {b: c for b, c in got.items() if c} == nonempty
         late = sum(
-            h["metrics"].get(f"{s}LateRowsDropped", 0) for h in history for s in ("left", "right")
+            h["metrics"].get(f"{side}.numRowsDroppedByWatermark", 0)
+            for h in history
+            for side in ("left", "right")
         )
         assert late > 0, "the data must hold late rows"
         padded = sum(1 for c in nonempty.values() for row in c if None in row)
