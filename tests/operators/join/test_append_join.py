@@ -262,6 +262,18 @@ class TestAppendJoinOuter:
             assert h.table("right_rows").row_count == 0
             assert batch(h, 20_000) == [(None, 10_000, 1, None, None, None)]
 
+    def test_full_join_pads_null_keys_spark_would_match(self) -> None:
+        """docs/operators/join.md, "Where it differs from Spark": in a full
+        join a null-key row on each side meets nothing and each is padded at
+        eviction; Spark's state matches the two (null equals null there) and
+        emits one joined row at once."""
+        with OperatorHarness(join("full")) as h:
+            assert batch(h, None, left=[(None, 10_000, 1)], right=[(None, 10_500, 7)]) == []
+            assert batch(h, 20_000) == [
+                (None, 10_000, 1, None, None, None),
+                (None, None, None, None, 10_500, 7),
+            ]
+
 
 class TestAppendJoinShape:
     def test_output_columns_and_nullability(self) -> None:
