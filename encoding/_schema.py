@@ -134,7 +134,10 @@ class TableSchema:
     state goes first so that one prefix scan finds every match. ``table_id`` keeps
     tables that share one backend apart. ``partition_by`` says which of a
     row's columns hold the query's key, so that ``relstate repartition`` can
-    move the row (see :data:`PartitionBy`).
+    move the row (see :data:`PartitionBy`). ``auxiliary`` marks a table that
+    only serves the operator's other tables (an expiry or time index, a
+    per-partition bound): its rows are not the operator's state rows, so the
+    state-row metrics leave them out, as Spark counts one row per key.
     """
 
     table_id: int
@@ -143,6 +146,7 @@ class TableSchema:
     layout: ValueLayout = ValueLayout.ROW
     name: str = ""
     partition_by: PartitionBy = None
+    auxiliary: bool = False
     key_indices: tuple[int, ...] = field(init=False, repr=False, compare=False)
     value_indices: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -154,6 +158,7 @@ class TableSchema:
         layout: ValueLayout | str = ValueLayout.ROW,
         name: str = "",
         partition_by: Sequence[str] | PartitionLocal | None = None,
+        auxiliary: bool = False,
     ) -> None:
         schema = columns if isinstance(columns, pa.Schema) else pa.schema(list(columns))
         keys = tuple(k if isinstance(k, KeyColumn) else KeyColumn(k) for k in primary_key)
@@ -170,6 +175,7 @@ class TableSchema:
         if partition_by is not None and not isinstance(partition_by, PartitionLocal):
             partition_by = tuple(partition_by)
         object.__setattr__(self, "partition_by", partition_by)
+        object.__setattr__(self, "auxiliary", auxiliary)
         self._validate()
         names = schema.names
         key_indices = tuple(names.index(k.name) for k in keys)
@@ -252,5 +258,11 @@ class TableSchema:
     def with_columns(self, columns: pa.Schema) -> TableSchema:
         """The same table with new columns (schema evolution)."""
         return TableSchema(
-            self.table_id, columns, self.primary_key, self.layout, self.name, self.partition_by
+            self.table_id,
+            columns,
+            self.primary_key,
+            self.layout,
+            self.name,
+            self.partition_by,
+            self.auxiliary,
         )

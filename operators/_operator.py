@@ -7,13 +7,16 @@ import abc
 import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from encoding import TableSchema
 from operators._changelog import RowKind, row_kinds
 from statestore import ConsistencyMode, StateTable
+
+if TYPE_CHECKING:
+    from operators._runner import Watermark
 
 __all__ = [
     "Operator",
@@ -130,6 +133,12 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
     #: ``UNCHECKED`` reads nothing, for an operator that reads every key before
     #: it writes it.
     consistency: ConsistencyMode = ConsistencyMode.STRICT
+
+    def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:  # noqa: B027
+        """Called once by the runner as a query starts, with its watermarks
+        (input index -> event-time column and delay): raise
+        :class:`~operators.errors.InputError` if the operator cannot keep its
+        semantics under them. By default any watermarks will do."""
 
     def open(self, ctx: OperatorContext) -> None:  # noqa: B027 - optional hook
         """Called before a batch's first row (per partition)."""

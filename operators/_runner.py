@@ -640,6 +640,7 @@ def run_operator(
         raise InputError(
             f"operator {operator.name!r} takes {len(operator.inputs)} input(s); got {len(frames)}"
         )
+    operator.check_watermarks(dict(watermarks or {}))
     key_lists = _key_lists(keys)
     if len(key_lists) == 1 and len(frames) == 2:
         key_lists = key_lists * 2

@@ -35,6 +35,7 @@ TIMERS = TableSchema(
     name="__timers",
     # A timer's key is the operator's own string: no partition can be told.
     partition_by=PartitionLocal(),
+    auxiliary=True,
 )
 _DOMAIN = {TimeDomain.EVENT_TIME: 0, TimeDomain.PROCESSING_TIME: 1}
 
@@ -298,10 +299,12 @@ def output_schema(operator: Operator) -> pa.Schema:
 
 
 def state_metrics(tables: Mapping[str, StateTable]) -> dict[str, int]:
-    """Spark's state metrics over the operator's tables (timers excluded)."""
+    """Spark's state metrics over the operator's tables. Auxiliary tables
+    (the timers, expiry and time indexes) are left out: a key counts once,
+    as in Spark."""
     total = updated = removed = 0
-    for name, t in tables.items():
-        if name == TIMERS.name:
+    for t in tables.values():
+        if t.schema.auxiliary:
             continue
         m = t.metrics
         total += t.row_count

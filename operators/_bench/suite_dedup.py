@@ -143,8 +143,38 @@ def _spark_query(spark: Any, frame: Any, work: Path, conf: dict[str, str]) -> An
             spark.conf.set(k, v)
 
 
+#: Each comparison: the operator kind, its label, the baseline, the goal,
+#: and the names of its readings (relstate's, the baseline's).
+_COMPARISONS = (
+    (
+        "drop",
+        "dropDuplicates(k, ts) + watermark",
+        "Spark dropDuplicates",
+        3.0,
+        ("dropDuplicates(k, ts) + watermark", "Spark dropDuplicates"),
+    ),
+    (
+        "within",
+        "dropDuplicatesWithinWatermark(k)",
+        "Spark dropDuplicatesWithinWatermark",
+        3.0,
+        ("dropDuplicatesWithinWatermark(k)", "Spark dropDuplicatesWithinWatermark"),
+    ),
+    (
+        "first",
+        "keep-first per key",
+        "transformWithStateInPandas, RocksDB provider",
+        5.0,
+        ("keep-first", "transformWithStateInPandas keep-first"),
+    ),
+)
+
+#: One timed query: seconds from start to end, the query, its output rows.
+_Timed = tuple[float, Any, int]
+
+
 class _Sides:
-    """Starts each side's query on one source."""
+    """Starts each side's query on one source, and counts what it wrote."""
 
     def __init__(self, spark: Any, source: Path, workdir: Path, delay_ms: int) -> None:
         self.spark = spark
@@ -158,7 +188,18 @@ class _Sides:
         self.runs += 1
         return self.workdir / f"{self.runs:02d}-{label}"
 
-    def spark_dedup(self, within: bool) -> tuple[float, Any]:
+    def spark_side(self, kind: str) -> _Timed:
+        """Spark's side of comparison ``kind``."""
+        if kind == "first":
+            return self.spark_keep_first()
+        return self.spark_dedup(within=kind == "within")
+
+    def _spark_timed(self, frame: Any, label: str, conf: dict[str, str]) -> _Timed:
+        work = self._work(label)
+        seconds, query = _timed(lambda: _spark_query(self.spark, frame, work, conf))
+        return seconds, query, int(self.spark.read.parquet(str(work / "output")).count())
+
+    def spark_dedup(self, within: bool) -> _Timed:
         frame = _stream(self.spark, self.source, self.tz).withWatermark(
             "ts", f"{self.delay_ms} milliseconds"
         )
@@ -167,10 +208,9 @@ class _Sides:
             if within
             else frame.dropDuplicates(["k", "ts"])
         )
-        work = self._work("spark")
-        return _timed(lambda: _spark_query(self.spark, frame, work, {_NO_DATA: "false"}))
+        return self._spark_timed(frame, "spark", {_NO_DATA: "false"})
 
-    def spark_keep_first(self) -> tuple[float, Any]:
+    def spark_keep_first(self) -> _Timed:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         frame = (
@@ -183,13 +223,11 @@ class _Sides:
                 timeMode="None",
             )
         )
-        work = self._work("tws")
-        conf = {_NO_DATA: "false", _PROVIDER: _ROCKSDB}
-        return _timed(lambda: _spark_query(self.spark, frame, work, conf))
+        return self._spark_timed(frame, "tws", {_NO_DATA: "false", _PROVIDER: _ROCKSDB})
 
-    def relstate(self, operator: Any) -> tuple[float, RelstateQuery]:
+    def relstate(self, operator: Any) -> _Timed:
         work = self._work("relstate")
-        return _timed(
+        seconds, query = _timed(
             lambda: run_operator(
                 _stream(self.spark, self.source, self.tz),
                 operator,
@@ -202,6 +240,7 @@ class _Sides:
                 log_level=logging.WARNING,
             )
         )
+        return seconds, query, sum(int(h["metrics"]["numOutputRows"]) for h in query.history)
 
 
 def _operators(tz: str, delay_ms: int) -> dict[str, Any]:
@@ -250,48 +289,31 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         write_batches(warm, events(200, 100, 1, seed=1), prefix="events")
         source = workdir / "source"
         write_batches(source, events(rows, keys, n), prefix="events")
-        progress("warming up both sides")
         sides = _Sides(spark, warm, workdir, delay_ms)
-        ops = _operators(sides.tz, delay_ms)
-        sides.spark_dedup(within=False)
-        sides.relstate(ops["drop"])
+        # Every kind of query once on a small input, each side, so that no
+        # timed query pays for its first start (classes, Python workers).
+        for kind, label, *_ in _COMPARISONS:
+            progress(f"warming up {label}")
+            sides.spark_side(kind)
+            sides.relstate(_operators(sides.tz, delay_ms)[kind])
         sides.source = source
         comparisons = []
         readings = []
-        for label, key, within, name in (
-            ("dropDuplicates(k, ts) + watermark", "drop", False, "Spark dropDuplicates"),
-            (
-                "dropDuplicatesWithinWatermark(k)",
-                "within",
-                True,
-                "Spark dropDuplicatesWithinWatermark",
-            ),
-        ):
-            progress(f"{label}: Spark")
-            spark_s, native = sides.spark_dedup(within)
+        for kind, label, baseline, goal, (ours_name, theirs_name) in _COMPARISONS:
+            progress(f"{label}: {baseline}")
+            spark_s, native, theirs = sides.spark_side(kind)
             progress(f"{label}: relstate")
-            ours_s, query = sides.relstate(_operators(sides.tz, delay_ms)[key])
-            comparisons.append(Comparison(label, rows, ours_s, spark_s, name, goal=3.0))
-            readings.append((f"relstate {label}", _profile(query)))
-            readings.append((f"batches, relstate {label}", _batch_ms(query)))
-            readings.append((f"batches, {name}", _batch_ms(native)))
-        progress("keep-first: transformWithStateInPandas on RocksDB")
-        spark_s, native = sides.spark_keep_first()
-        progress("keep-first: relstate")
-        ours_s, query = sides.relstate(_operators(sides.tz, delay_ms)["first"])
-        comparisons.append(
-            Comparison(
-                "keep-first per key",
-                rows,
-                ours_s,
-                spark_s,
-                "transformWithStateInPandas, RocksDB provider",
-                goal=5.0,
-            )
-        )
-        readings.append(("relstate keep-first", _profile(query)))
-        readings.append(("batches, relstate keep-first", _batch_ms(query)))
-        readings.append(("batches, transformWithStateInPandas keep-first", _batch_ms(native)))
+            ours_s, query, ours = sides.relstate(_operators(sides.tz, delay_ms)[kind])
+            if ours != theirs:
+                raise RuntimeError(
+                    f"{label}: relstate emitted {ours:,} rows and {baseline} {theirs:,}; "
+                    "the comparison would not be of the same work"
+                )
+            comparisons.append(Comparison(label, rows, ours_s, spark_s, baseline, goal=goal))
+            readings.append((f"relstate {ours_name}", _profile(query)))
+            readings.append((f"batches, relstate {ours_name}", _batch_ms(query)))
+            readings.append((f"batches, {theirs_name}", _batch_ms(native)))
+            readings.append((f"output rows, {ours_name} (relstate = baseline)", f"{ours:,}"))
     finally:
         spark.stop()
     description = (
@@ -299,8 +321,9 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         f"each, `maxFilesPerTrigger=1`), watermark delay {delay_ms / 1000:.0f} s, "
         f"{_PARTITIONS} partitions on both sides, local[2]. Each side is one streaming "
         "query with an `availableNow` trigger, timed from start to end, writing its "
-        "output to Parquet; a warm-up query of each kind runs first. Spark's native "
-        "operators use its default state store; the `transformWithStateInPandas` "
+        "output to Parquet; a warm-up query of every kind runs first on each side, and "
+        "each comparison checks that both sides emitted the same number of rows. Spark's "
+        "native operators use its default state store; the `transformWithStateInPandas` "
         "processor uses the RocksDB provider (it requires it). No-data batches are off "
         "on Spark's side so both run the same batches."
     )

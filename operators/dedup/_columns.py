@@ -4,8 +4,8 @@ what it evicts."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,9 +17,13 @@ from operators._changelog import ROW_KIND, RowKind
 from operators.errors import InputError
 from statestore import StateTable
 
+if TYPE_CHECKING:
+    from operators._runner import Watermark
+
 __all__ = [
     "ExpiryIndex",
     "check_columns",
+    "check_watermark",
     "column_lists",
     "event_micros",
     "expiry_schema",
@@ -41,6 +45,46 @@ def check_columns(schema: pa.Schema, names: Sequence[str], what: str) -> None:
         raise ValueError(f"{what} column(s) {missing} are not in the input {schema.names}")
     if len(set(names)) != len(names):
         raise ValueError(f"{what} columns {list(names)} name a column twice")
+
+
+def check_watermark(
+    operator: str,
+    event_time: str | None,
+    watermarks: Mapping[int, Watermark],
+    delay_ms: int | None = None,
+) -> None:
+    """Raise :class:`InputError` unless the query's watermark on the input
+    is on ``event_time`` (none without one) and, given ``delay_ms``, has that
+    delay. Spark takes the event time, and the delay of
+    ``dropDuplicatesWithinWatermark``, from ``withWatermark``; relstate's
+    operators take them as arguments, so a mismatch would quietly give other
+    rows than Spark."""
+    mark = watermarks.get(0)
+    if event_time is None:
+        if mark is not None:
+            raise InputError(
+                f"operator {operator!r} has no event_time, but the query has a watermark on "
+                f"{mark.column!r}; Spark's dropDuplicates drops rows late against it, so give "
+                f"event_time={mark.column!r}, or run without the watermark"
+            )
+        return
+    if mark is None:
+        raise InputError(
+            f"operator {operator!r} drops late rows and evicts by event time {event_time!r}, "
+            "but the query has no watermark, so it would do neither; run it with "
+            f"watermarks={{0: Watermark({event_time!r}, delay_ms)}}"
+        )
+    if mark.column != event_time:
+        raise InputError(
+            f"operator {operator!r} takes its event time from {event_time!r}, but the query's "
+            f"watermark is on {mark.column!r}; put both on the same column"
+        )
+    if delay_ms is not None and mark.delay_ms != delay_ms:
+        raise InputError(
+            f"operator {operator!r} expires a key {delay_ms} ms after its event time, but the "
+            f"watermark's delay is {mark.delay_ms} ms; Spark uses the watermark's delay for "
+            f"both, so give delay_ms={mark.delay_ms}"
+        )
 
 
 def reject_changelog(batch: pa.RecordBatch, operator: str, why: str) -> None:
@@ -94,10 +138,13 @@ def event_micros(batch: pa.RecordBatch, column: str, operator: str) -> npt.NDArr
 
 def expiry_schema(table_id: int, key_fields: Sequence[pa.Field], name: str) -> TableSchema:
     """An index of ``(expires_at, key...)``: the keys that expire first come
-    first, so eviction is a range scan of what expires and one range delete."""
+    first, so eviction is a range scan of what expires and one range delete.
+    Auxiliary: its entries are not state rows of their own."""
     fields = [pa.field("expires_at", pa.int64(), nullable=False), *key_fields]
     keys = [f.name for f in key_fields]
-    return TableSchema(table_id, fields, [f.name for f in fields], name=name, partition_by=keys)
+    return TableSchema(
+        table_id, fields, [f.name for f in fields], name=name, partition_by=keys, auxiliary=True
+    )
 
 
 class ExpiryIndex:

@@ -11,6 +11,7 @@ TTL and the mini-batch fold around them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -47,24 +48,39 @@ Row = tuple[Any, ...]
 _Arrival = tuple[Row, Row, RowKind]
 
 _EXPIRES = "__expires_at"
-#: Counters (Spark's names where Spark has one).
+#: Counters (Spark's name where Spark has one); docs/operators/dedup.md,
+#: Metrics. Duplicates and unknown retractions count the same with and
+#: without mini-batch.
 DROPPED = "numDroppedDuplicateRows"
+UNKNOWN = "numRetractionsOfUnknownKeys"
+IDENTICAL = "numSuppressedIdenticalRows"
 FOLDED = "numFoldedRows"
+
+
+@dataclass(frozen=True)
+class _Arrived:
+    """A mini-batch's arrivals beyond those its fold decides: each key's
+    positions (in fold order), and every row's kind and row time."""
+
+    positions: list[list[int]]
+    kinds: list[RowKind]
+    times: list[Any] | None
 
 
 class Deduplicate(Operator):
     """``ROW_NUMBER() OVER (PARTITION BY key ORDER BY time) = 1`` (Flink).
 
     ``keep`` is ``"first"`` or ``"last"``. ``order_by=None`` orders by
-    processing time (arrival order; give ``sequence_column`` to fix the order
-    of a changelog inside a batch); a column name orders by that event-time
-    column. ``generate_update_before`` and ``generate_insert`` are Flink's
-    flags; ``changelog=True`` accepts ``-U``/``-D`` input (keep-last on
-    processing time only). ``state_ttl_ms`` expires a key that many
-    milliseconds of processing time after its state was last written; an
-    expired key behaves as new. ``mini_batch`` folds each key's rows of a batch
-    first and touches state once per key; ``False`` goes record at a time.
-    Both materialise to the same table; docs/operators/dedup.md has the rules.
+    processing time (arrival order; give ``sequence_column``, a column of
+    ``schema``, to fix the order of a changelog inside a batch); a column
+    name orders by that event-time column. ``generate_update_before`` and
+    ``generate_insert`` are Flink's flags; ``changelog=True`` accepts
+    ``-U``/``-D`` input (keep-last on processing time only). ``state_ttl_ms``
+    expires a key that many milliseconds of processing time after its state
+    was last written; an expired key behaves as new. ``mini_batch`` folds each
+    key's rows of a batch first and touches state once per key; ``False``
+    goes record at a time. Both materialise to the same table and count
+    duplicates alike; docs/operators/dedup.md has the rules and counters.
     """
 
     consistency = ConsistencyMode.UNCHECKED
@@ -88,6 +104,8 @@ class Deduplicate(Operator):
             raise ValueError(f"keep is 'first' or 'last', got {keep!r}")
         if order_by is not None:
             check_columns(schema, [order_by], "order_by")
+        if sequence_column is not None:
+            check_columns(schema, [sequence_column], "sequence")
         if changelog and (keep == "first" or order_by is not None):
             raise ValueError(
                 "a changelog input is deduplicated keeping the last row on processing time "
@@ -156,16 +174,16 @@ class Deduplicate(Operator):
         times = None if self.order_by is None else batch.column(self.order_by).to_pylist()
         folded = self._fold(keys, kinds, times)
         # Only the rows that reach state become Python tuples.
-        needed = sorted({i for group in folded for i in group})
+        needed = sorted({i for kept, _ in folded for i in kept})
         taken = batch.take(pa.array(needed, pa.int64()))
         rows = rows_of(column_lists(taken, self.inputs[0].names), len(needed))
         row_at = dict(zip(needed, rows, strict=True))
-        groups = [[(keys[i], row_at[i], kinds[i]) for i in group] for group in folded]
-        ctx.count(FOLDED, n - len(needed))
+        groups = [[(keys[i], row_at[i], kinds[i]) for i in kept] for kept, _ in folded]
         if self._stateless:
+            ctx.count(FOLDED, n - len(needed))
             self._emit_stateless(ctx, groups)
         else:
-            self._decide(ctx, groups)
+            self._decide(ctx, groups, _Arrived([every for _, every in folded], kinds, times))
 
     def _emit_stateless(self, ctx: OperatorContext, groups: list[list[_Arrival]]) -> None:
         """Keep-last without either flag: every row is ``+U``, no state."""
@@ -175,64 +193,122 @@ class Deduplicate(Operator):
 
     def _fold(
         self, keys: list[Row], kinds: list[RowKind], times: list[Any] | None
-    ) -> list[list[int]]:
-        """The positions of each key's arrivals that reach state, in order:
-        keep-first its first row, keep-last its last, on row time the row the
-        rule keeps over the batch's others. On a changelog whose last row
-        retracts, the last accumulate before it goes too: record at a time
-        that row is emitted and then deleted, which also replaces a row
-        downstream still holds from state that has expired since. Keys stay in
-        order of first arrival."""
-        best: dict[Row, int] = {}
-        if times is not None:
-            for i, key in enumerate(keys):
-                kept = best.get(key)
-                if kept is None or keeps_on_rowtime(times[kept], times[i], self.keep_last):
-                    best[key] = i
-        elif self.keep_last:
-            for i, key in enumerate(keys):
-                best[key] = i
-        else:
-            for i, key in enumerate(keys):
-                best.setdefault(key, i)
-        if not self.changelog:
-            return [[i] for i in best.values()]
-        accumulated: dict[Row, int] = {}
+    ) -> list[tuple[list[int], list[int]]]:
+        """Per key, in order of first arrival: the positions of its arrivals
+        that reach state, and of all its arrivals. Keep-first keeps its first
+        row, keep-last its last, row time the row the rule keeps over the
+        batch's others. On a changelog whose last row retracts, the last
+        accumulate before it goes too: record at a time that row is emitted
+        and then deleted, which also replaces a row downstream still holds
+        from state that has expired since."""
+        arrivals: dict[Row, list[int]] = {}
         for i, key in enumerate(keys):
-            if kinds[i].is_accumulate:
-                accumulated[key] = i
-        return [
-            [accumulated[key], last] if kinds[last].is_retract and key in accumulated else [last]
-            for key, last in best.items()
-        ]
+            every = arrivals.get(key)
+            if every is None:
+                arrivals[key] = [i]
+            else:
+                every.append(i)
+        return [(self._kept(every, kinds, times), every) for every in arrivals.values()]
 
-    def _decide(self, ctx: OperatorContext, groups: Sequence[Sequence[_Arrival]]) -> None:
+    def _kept(self, every: list[int], kinds: list[RowKind], times: list[Any] | None) -> list[int]:
+        """Which of one key's arrivals (positions, in order) reach state."""
+        if times is not None:
+            best = every[0]
+            for i in every[1:]:
+                if keeps_on_rowtime(times[best], times[i], self.keep_last):
+                    best = i
+        else:
+            best = every[-1] if self.keep_last else every[0]
+        if self.changelog and kinds[best].is_retract:
+            accumulates = [i for i in every if kinds[i].is_accumulate]
+            if accumulates:
+                return [accumulates[-1], best]
+        return [best]
+
+    def _decide(
+        self,
+        ctx: OperatorContext,
+        groups: Sequence[Sequence[_Arrival]],
+        arrived: _Arrived | None = None,
+    ) -> None:
         """Run each group of one key's arrivals against the key's stored row
         (one multi-get for all keys in mini-batch mode, a read per row
-        otherwise) and write the key once."""
+        otherwise) and write the key once. ``arrived`` (mini-batch) says
+        where all of each key's arrivals were, so that the rows the fold left
+        out are counted as record at a time counts them."""
         table = ctx.table("rows")
         expiry = ExpiryIndex(ctx.table("expiry")) if self.ttl is not None else None
         now = ctx.processing_time
         stored_rows: list[Row | None] | None = None
         if self.mini_batch:
             stored_rows = table.get_rows([g[0][0] for g in groups])
-        dropped = 0
+        counts = dict.fromkeys((DROPPED, UNKNOWN, IDENTICAL, FOLDED), 0)
         for i, group in enumerate(groups):
             key = group[0][0]
             stored = stored_rows[i] if stored_rows is not None else table.get_row(key)
-            visible = self._visible(stored, now)
+            visible = first_visible = self._visible(stored, now)
             final: State = KEEP
+            dropped = dict.fromkeys((DROPPED, UNKNOWN, IDENTICAL), 0)
             for _, row, kind in group:
                 emitted, state = self._rule(visible, row, kind)
                 if not emitted:
-                    dropped += 1
+                    dropped[self._dropped_as(kind)] += 1
                 for out_kind, out_row in emitted:
                     ctx.emit(out_row, out_kind)
                 if state is not KEEP:
                     final = state
                     visible = None if state is CLEAR else state  # type: ignore[assignment]
             self._write(table, expiry, key, stored, final, now)
-        ctx.count(DROPPED, dropped)
+            counts[IDENTICAL] += dropped[IDENTICAL]
+            if arrived is None:
+                counts[DROPPED] += dropped[DROPPED]
+                counts[UNKNOWN] += dropped[UNKNOWN]
+                continue
+            every = arrived.positions[i]
+            duplicates, unknown = self._tally(first_visible, arrived, every)
+            counts[DROPPED] += duplicates
+            counts[UNKNOWN] += unknown
+            # Rows record at a time would emit (or suppress), less those the
+            # group did: the rows a later one replaced within the batch.
+            decided = len(group) - dropped[DROPPED] - dropped[UNKNOWN]
+            counts[FOLDED] += len(every) - duplicates - unknown - decided
+        for name, n in counts.items():
+            ctx.count(name, n)
+
+    def _dropped_as(self, kind: RowKind) -> str:
+        """The counter of a row the rules drop: a retraction drops only when
+        its key has no row; keep-last on processing time only an identical
+        row (TTL off); the rest only a duplicate."""
+        if kind.is_retract:
+            return UNKNOWN
+        if self.keep_last and self._time_index is None:
+            return IDENTICAL
+        return DROPPED
+
+    def _tally(self, visible: Row | None, arrived: _Arrived, every: list[int]) -> tuple[int, int]:
+        """How many of one key's arrivals (positions ``every``) record at a
+        time would drop as duplicates, and how many retract a key with no
+        row, from its visible row on: the rules of ``_rules`` on kinds and
+        row times alone, which is all they look at to drop a row."""
+        duplicates = unknown = 0
+        if self.changelog:
+            present = visible is not None
+            for i in every:
+                kind = arrived.kinds[i]
+                if kind.is_retract and not present:
+                    unknown += 1
+                present = kind.is_accumulate
+        elif arrived.times is not None and self._time_index is not None:
+            best = None if visible is None else visible[self._time_index]
+            for i in every:
+                t = arrived.times[i]
+                if best is None or keeps_on_rowtime(best, t, self.keep_last):
+                    best = t
+                else:
+                    duplicates += 1
+        elif not self.keep_last:
+            duplicates = len(every) - (visible is None)
+        return duplicates, unknown
 
     def _visible(self, stored: Row | None, now: int) -> Row | None:
         """The kept row of a stored one: ``None`` if absent or expired."""

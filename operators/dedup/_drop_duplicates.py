@@ -20,7 +20,8 @@ event time leads the state key of ``DropDuplicates`` (one range delete), and
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -31,11 +32,15 @@ from operators._operator import Operator, OperatorContext
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
+    check_watermark,
     event_micros,
     expiry_schema,
     reject_changelog,
 )
 from statestore import ConsistencyMode
+
+if TYPE_CHECKING:
+    from operators._runner import Watermark
 
 __all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
 
@@ -136,6 +141,10 @@ class _FirstRowPerKey(Operator):
     ) -> None:
         """Store the new keys (state key columns) with their event times."""
 
+    def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:
+        """The query's watermark must be on ``event_time`` (see check_watermark)."""
+        check_watermark(self.name, self.event_time, watermarks)
+
 
 class DropDuplicates(_FirstRowPerKey):
     """Spark's ``withWatermark(event_time, ...).dropDuplicates(columns)``, or
@@ -211,6 +220,10 @@ class DropDuplicatesWithinWatermark(_FirstRowPerKey):
         expires = pa.array(times + self.delay_us)
         ctx.table("seen").insert_batch(keys.append_column("expires_at", expires))
         ctx.table("expiry").insert_batch(keys.add_column(0, "expires_at", expires))
+
+    def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:
+        """The query's watermark must be on ``event_time``, with ``delay_ms``."""
+        check_watermark(self.name, self.event_time, watermarks, self.delay_us // 1000)
 
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key with ``expires_at <= watermark`` through the index."""

@@ -30,6 +30,16 @@ from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
+from operators.join._metrics import (
+    EVICTED,
+    LATE,
+    MATCHED,
+    PADDED,
+    REMOVED,
+    TOTAL,
+    UPDATED,
+    side_metric,
+)
 from operators.join._spec import JoinSpec, JoinType, output_schema
 from statestore import ConsistencyMode, InconsistencyError, StateTable
 
@@ -116,7 +126,7 @@ class AppendJoin(Operator):
             kept = self.time.lateness_time(times) > late * 1000
             dropped = len(kept) - int(np.count_nonzero(kept))
             if dropped:
-                ctx.count(f"{name}LateRowsDropped", dropped)
+                ctx.count(side_metric(name, LATE), dropped)
                 batch = batch.filter(pa.array(kept))
                 times = times[kept]
         if batch.num_rows:
@@ -169,8 +179,8 @@ class AppendJoin(Operator):
                 found[np.asarray(keep)],
             )
         self._store(ctx, side, batch, times, found)
-        ctx.count("matchedRows", len(mine_at))
-        ctx.count(f"{SIDE_NAMES[1 - side]}RowsUpdated", flagged)
+        ctx.count(MATCHED, len(mine_at))
+        ctx.count(side_metric(SIDE_NAMES[1 - side], UPDATED), flagged)
 
     def _pairs(
         self,
@@ -282,7 +292,7 @@ class AppendJoin(Operator):
         floor = self._floor(ctx, side)
         if floor is None or lowest < floor:
             ctx.table(FLOORS.name).upsert((side, lowest))
-        ctx.count(f"{SIDE_NAMES[side]}RowsUpdated", n)
+        ctx.count(side_metric(SIDE_NAMES[side], UPDATED), n)
 
     def close(self, ctx: OperatorContext) -> None:
         """Evict each side's rows at or below its state watermark (step 3);
@@ -296,7 +306,7 @@ class AppendJoin(Operator):
         ctx.count("evictionTimeMs", (time.perf_counter_ns() - started) // 1_000_000)
         for side in (0, 1):
             rows = ctx.table(self.sides[side].rows.name)
-            ctx.count(f"{SIDE_NAMES[side]}StateRows", rows.row_count)
+            ctx.count(side_metric(SIDE_NAMES[side], TOTAL), rows.row_count)
 
     @staticmethod
     def _floor(ctx: OperatorContext, side: int) -> int | None:
@@ -324,9 +334,9 @@ class AppendJoin(Operator):
         table.delete_keys(entries)
         index.clean_below(cut + 1, start=floor)
         name = SIDE_NAMES[side]
-        ctx.count(f"{name}RowsEvicted", entries.num_rows)
-        ctx.count(f"{name}RowsRemoved", entries.num_rows)
-        ctx.count("nullPaddedRows", padded)
+        ctx.count(side_metric(name, EVICTED), entries.num_rows)
+        ctx.count(side_metric(name, REMOVED), entries.num_rows)
+        ctx.count(PADDED, padded)
 
     def _pad_unmatched(
         self, ctx: OperatorContext, side: int, table: StateTable, entries: pa.RecordBatch

@@ -49,6 +49,7 @@ FLOORS = TableSchema(
     # A lower bound: the least of the old partitions' floors bounds every
     # new partition's rows.
     partition_by=PartitionLocal(least="floor"),
+    auxiliary=True,
 )
 
 
@@ -107,7 +108,12 @@ def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
     return SideState(
         rows=TableSchema(1 + 2 * side, rows, [*keys, _TIME, _SEQ], name=f"{name}_rows"),
         index=TableSchema(
-            2 + 2 * side, index, index.names, name=f"{name}_index", partition_by=tuple(keys)
+            2 + 2 * side,
+            index,
+            index.names,
+            name=f"{name}_index",
+            partition_by=tuple(keys),
+            auxiliary=True,
         ),
         key_positions=tuple(schema.names.index(k) for k in keys),
         width=len(schema),

@@ -31,6 +31,7 @@ import pyarrow as pa
 from encoding import PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
+from operators.join._metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
 from operators.join._views import JoinStateView, Record
 from statestore import ConsistencyMode
@@ -56,6 +57,7 @@ _SWEEPS = TableSchema(
     # A sweep only deletes what has expired, so an early one is harmless:
     # after a repartition each partition sweeps at the earliest old time.
     partition_by=PartitionLocal(least="next_sweep_ms"),
+    auxiliary=True,
 )
 
 
@@ -142,7 +144,7 @@ class StreamingJoin(Operator):
     def close(self, ctx: OperatorContext) -> None:
         """Report each side's state rows."""
         for view in self.views:
-            ctx.metrics[f"{view.name}.numTotalStateRows"] = ctx.table(view.name).row_count
+            ctx.metrics[side_metric(view.name, TOTAL)] = ctx.table(view.name).row_count
 
     # -- one row ---------------------------------------------------------------------------
 
@@ -161,7 +163,7 @@ class StreamingJoin(Operator):
             return
         if kind.is_retract:
             if found is None:
-                ctx.count(f"{view.name}.numRetractionsOfUnknownRows")
+                ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
             else:  # with a unique key, retract what is stored under it
                 row = found.row
         self._apply(ctx, side, row, kind, found, candidates)

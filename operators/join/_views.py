@@ -31,6 +31,7 @@ import pyarrow as pa
 from encoding import TableSchema
 from operators._operator import OperatorContext
 from operators.errors import InputError
+from operators.join._metrics import EXPIRED, REMOVED, UPDATED, side_metric
 
 __all__ = ["JoinStateView", "Record", "ViewKind"]
 
@@ -66,9 +67,9 @@ class Record:
 class JoinStateView:
     """One side's rows in a state table named ``name`` with id ``table_id``.
 
-    ``metric`` prefixes the side's counters: ``<metric>.numUpdatedStateRows``
-    (rows written), ``<metric>.numRemovedStateRows`` (rows deleted, expired
-    ones included) and ``<metric>.numExpiredStateRows``.
+    ``name`` prefixes the side's counters (:mod:`operators.join._metrics`):
+    ``<name>.numUpdatedStateRows`` (rows written), ``<name>.numRemovedStateRows``
+    (rows deleted, expired ones included) and ``<name>.numExpiredStateRows``.
     """
 
     def __init__(
@@ -97,9 +98,9 @@ class JoinStateView:
         if ttl_ms is not None and ttl_ms <= 0:
             raise InputError(f"the {name} TTL is a number of milliseconds > 0, got {ttl_ms}")
         self.name = name
-        self._updated = f"{name}.numUpdatedStateRows"
-        self._removed = f"{name}.numRemovedStateRows"
-        self._expired_metric = f"{name}.numExpiredStateRows"
+        self._updated = side_metric(name, UPDATED)
+        self._removed = side_metric(name, REMOVED)
+        self._expired_metric = side_metric(name, EXPIRED)
         self.outer = outer
         self.ttl_ms = ttl_ms
         self.width = len(schema)

@@ -173,6 +173,27 @@ class TestChangelog:
             assert h.process_rows([(1, 5)], [UA]) == expected
 
 
+class TestChangelogMiniBatch:
+    """processLastRowOnChangelog with the mini-batch fold: the exact output."""
+
+    def test_exact_output(self, backend: str) -> None:
+        """Per key the fold keeps the last row, and the last accumulate before
+        a last retraction; keys come out in order of first arrival, and a
+        retraction of a key with no row emits nothing."""
+        op = Deduplicate(KV, ["k"], changelog=True, generate_update_before=True)
+        with harness(op, backend) as h:
+            out = h.process_rows(
+                [(1, 12), (2, 5), (1, 13), (1, None), (3, 1)], [INS, INS, UA, D, INS]
+            )
+            assert out == [(INS, (1, 13)), (D, (1, 13)), (INS, (2, 5)), (INS, (3, 1))]
+            h.commit()
+            out = h.process_rows([(2, 5), (2, 6), (9, None), (3, 1)], [UB, UA, D, D])
+            assert out == [(UB, (2, 5)), (UA, (2, 6)), (D, (3, 1))]
+            h.commit()
+            assert list(h.table("rows").scan()) == [(2, 6)]
+            assert h.last_metrics["numRetractionsOfUnknownKeys"] == 1
+
+
 class TestRowTime:
     """Seed 002's deduplicateOnRowTime: keep-last on >=, keep-first on <."""
 
@@ -210,6 +231,17 @@ class TestRowTime:
         with harness(Deduplicate(TIMED, ["k"], keep="first", order_by="t"), backend) as h:
             assert h.process_rows(rows) == [(INS, (1, 4, 8))]
 
+    @pytest.mark.parametrize("kind", [UB, D])
+    def test_retractions_are_refused_before_state(self, backend: str, kind: RowKind) -> None:
+        """Row time takes an insert-only input: a -U or -D is an InputError and
+        the batch leaves state as it was."""
+        op = Deduplicate(TIMED, ["k"], order_by="t")
+        with harness(op, backend) as h:
+            feed(h, [(1, 1, 10)])
+            with pytest.raises(InputError, match="insert-only"):
+                h.process_rows([(2, 1, 10), (1, 1, 10)], [INS, kind])
+            assert list(h.table("rows").scan()) == [(1, 1, 10)]
+
     def test_null_row_time_is_refused(self, backend: str) -> None:
         """A row without a row time gets an InputError."""
         with (
@@ -244,33 +276,134 @@ class TestStateTtl:
             h.set_processing_time(150)
             assert feed(h, [(1, 3)]) == [(UB, (1, 2)), (UA, (1, 3))]
 
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_keep_last_after_expiry_is_an_insert(self, backend: str, mini_batch: bool) -> None:
+        """docs/operators/dedup.md, State TTL: keep-last rewrites (and so
+        refreshes) a key at each row; once expired, the key's next row is +I,
+        not -U/+U of a row state no longer holds."""
+        op = Deduplicate(
+            KV, ["k"], generate_update_before=True, state_ttl_ms=100, mini_batch=mini_batch
+        )
+        with harness(op, backend) as h:
+            h.set_processing_time(0)
+            assert feed(h, [(1, 1)]) == [(INS, (1, 1))]
+            h.set_processing_time(50)
+            assert feed(h, [(1, 2)]) == [(UB, (1, 1)), (UA, (1, 2))]
+            h.set_processing_time(149)
+            assert feed(h, [(1, 2)]) == [(UB, (1, 2)), (UA, (1, 2))]
+            h.set_processing_time(249)
+            assert feed(h, [(1, 3)]) == [(INS, (1, 3))]
+
     def test_expired_state_is_deleted(self, backend: str) -> None:
         """Expired keys leave state at the next batch: rows and index entries
-        are deleted, the others stay."""
+        are deleted, the others stay; a key counts once in the state metrics
+        (its expiry index entry is auxiliary), as in Spark."""
         with harness(Deduplicate(KV, ["k"], state_ttl_ms=100), backend) as h:
             h.set_processing_time(0)
             feed(h, [(1, 1), (2, 2)])
             h.commit()
+            assert h.last_metrics["numTotalStateRows"] == 2
+            assert h.last_metrics["numUpdatedStateRows"] == 2
             h.set_processing_time(50)
             feed(h, [(2, 3)])
             h.commit()
+            assert h.last_metrics["numUpdatedStateRows"] == 1
             h.set_processing_time(120)
             h.commit()
             assert list(h.table("rows").scan()) == [(2, 3, 150)]
             assert list(h.table("expiry").scan()) == [(150, 2)]
-            assert h.last_metrics["numRemovedStateRows"] == 2
+            assert h.last_metrics["numRemovedStateRows"] == 1
+            assert h.last_metrics["numTotalStateRows"] == 1
 
     def test_bad_configurations_are_refused(self) -> None:
         """A changelog with keep-first or row time, an unknown keep, a missing
-        column or a non-positive TTL is a ValueError."""
+        key, order_by or sequence column, or a non-positive TTL is a
+        ValueError."""
         for kw in (
             {"keep": "first", "changelog": True},
             {"order_by": "v", "changelog": True},
             {"keep": "middle"},
             {"order_by": "nope"},
             {"state_ttl_ms": 0},
+            {"sequence_column": "seq"},
         ):
             with pytest.raises(ValueError):
                 Deduplicate(KV, ["k"], **kw)
         with pytest.raises(ValueError):
             Deduplicate(KV, ["x"])
+        assert Deduplicate(TIMED, ["k"], sequence_column="t").sequence_column == "t"
+
+
+class TestMetrics:
+    """docs/operators/dedup.md, Metrics: each counter, in both modes."""
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_duplicates_count_alike(self, backend: str, mini_batch: bool) -> None:
+        """Keep-first: every later row of a key is a duplicate, inside a batch
+        or against state, with or without mini-batch; output and state rows
+        count what was emitted and written."""
+        op = Deduplicate(KV, ["k"], keep="first", mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            h.process_rows([(1, 1), (1, 2), (2, 1), (1, 3)])
+            h.commit()
+            m = h.last_metrics
+            assert (m["numDroppedDuplicateRows"], m["numFoldedRows"]) == (2, 0)
+            assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (2, 2)
+            assert m["numTotalStateRows"] == 2
+            h.process_rows([(2, 5), (3, 1)])
+            h.commit()
+            m = h.last_metrics
+            assert (m["numDroppedDuplicateRows"], m["numOutputRows"]) == (1, 1)
+            assert m["numUpdatedStateRows"] == 1
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_row_time_losers_are_duplicates(self, backend: str, mini_batch: bool) -> None:
+        """Row time, keep-last: rows earlier than the stored row are
+        duplicates in both modes, though the fold decides only one of them."""
+        op = Deduplicate(TIMED, ["k"], order_by="t", mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            feed(h, [(1, 1, 20)])
+            h.commit()
+            assert h.process_rows([(1, 2, 10), (1, 3, 12)]) == []
+            h.commit()
+            m = h.last_metrics
+            assert (m["numDroppedDuplicateRows"], m["numFoldedRows"]) == (2, 0)
+            assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (0, 0)
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_unknown_retractions_counted_apart(self, backend: str, mini_batch: bool) -> None:
+        """A retraction of a key with no row is counted as such, not as a
+        duplicate, in both modes."""
+        op = Deduplicate(KV, ["k"], changelog=True, mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            out = h.process_rows([(7, None), (7, None), (7, 1)], [D, D, INS])
+            assert out == [(INS, (7, 1))]
+            h.commit()
+            m = h.last_metrics
+            assert m["numRetractionsOfUnknownKeys"] == 2
+            assert m["numDroppedDuplicateRows"] == 0
+            assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (1, 1)
+
+    @pytest.mark.parametrize(("mini_batch", "suppressed", "folded"), [(False, 2, 0), (True, 0, 2)])
+    def test_identical_and_folded_rows(
+        self, backend: str, mini_batch: bool, suppressed: int, folded: int
+    ) -> None:
+        """Keep-last, TTL off: record at a time an identical row is suppressed;
+        a mini-batch folds it into the batch's last row instead."""
+        op = Deduplicate(KV, ["k"], mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            assert h.process_rows([(1, 12), (1, 12), (1, 12)]) == [(INS, (1, 12))]
+            h.commit()
+            m = h.last_metrics
+            assert m["numSuppressedIdenticalRows"] == suppressed
+            assert m["numFoldedRows"] == folded
+            assert m["numDroppedDuplicateRows"] == 0
+
+    def test_replaced_rows_fold(self, backend: str) -> None:
+        """Keep-last with mini-batch: a row a later one replaces within the
+        batch is folded; record at a time it is emitted."""
+        with harness(Deduplicate(KV, ["k"]), backend) as h:
+            assert h.process_rows([(1, 12), (1, 13), (2, 1)]) == [(INS, (1, 13)), (INS, (2, 1))]
+            h.commit()
+            m = h.last_metrics
+            assert (m["numFoldedRows"], m["numOutputRows"], m["numUpdatedStateRows"]) == (1, 2, 2)

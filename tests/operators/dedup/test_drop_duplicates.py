@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from operators import InputError, RowKind
+from operators import InputError, ParquetSink, RowKind, Watermark, run_operator
 from operators.dedup import DropDuplicates, DropDuplicatesWithinWatermark
 from operators.testing import OperatorHarness
 
@@ -54,16 +55,28 @@ def run_batch(
     return [r for _, r in out]
 
 
+def counts(h: OperatorHarness) -> dict[str, int]:
+    """The last batch's output, state-write, duplicate and state-row counts."""
+    m = h.last_metrics
+    return {
+        "out": m["numOutputRows"],
+        "written": m["numUpdatedStateRows"],
+        "duplicates": m["numDroppedDuplicateRows"],
+        "total": m["numTotalStateRows"],
+    }
+
+
 class TestDropDuplicates:
     def test_first_row_per_key_without_watermark(self, backend: str) -> None:
-        """Without an event time the first row of each key is emitted, later
-        ones counted as duplicates, and no key is ever evicted."""
+        """Without an event time the first row of each key is emitted (and
+        stored: one state row written per output row), later ones counted as
+        duplicates, and no key is ever evicted."""
         with OperatorHarness(DropDuplicates(EVENTS, ["k"]), backend=backend) as h:
             out = run_batch(h, [row(1, 0, 1), row(2, 0, 2), row(1, 5, 3)], None)
             assert out == [row(1, 0, 1), row(2, 0, 2)]
+            assert counts(h) == {"out": 2, "written": 2, "duplicates": 1, "total": 2}
             assert run_batch(h, [row(2, 9, 4), row(3, 9, 5)], None) == [row(3, 9, 5)]
-            assert h.last_metrics["numDroppedDuplicateRows"] == 1
-            assert h.last_metrics["numTotalStateRows"] == 3
+            assert counts(h) == {"out": 1, "written": 1, "duplicates": 1, "total": 3}
 
     def test_late_rows_are_at_or_below_previous_watermark(self, backend: str) -> None:
         """A row is late when its event time is <= the previous batch's
@@ -113,6 +126,26 @@ class TestDropDuplicates:
             assert run_batch(h, [row(4, 100), row(5, 150)], 200) == [row(5, 150)]
             assert h.last_metrics["numRowsDroppedByWatermark"] == 1
 
+    @pytest.mark.parametrize("watermark", [True, False])
+    def test_worked_example_without_time_in_key(self, backend: str, watermark: bool) -> None:
+        """docs/operators/dedup.md's dropDuplicates(k) table: with a
+        watermark late rows are dropped and no key is evicted; without one
+        nothing is late, and every key stays too."""
+        op = DropDuplicates(EVENTS, ["k"], event_time="ts" if watermark else None)
+        marks: list[int | None] = [None, 50, 200] if watermark else [None, None, None]
+        with OperatorHarness(op, backend=backend) as h:
+            b0 = run_batch(h, [row(1, 100), row(2, 150), row(1, 120)], marks[0])
+            assert b0 == [row(1, 100), row(2, 150)]
+            assert run_batch(h, [row(3, 40), row(1, 300)], marks[1]) == [row(3, 40)]
+            out = run_batch(h, [row(4, 50), row(5, 60), row(1, 400)], marks[2])
+            assert out == ([row(5, 60)] if watermark else [row(4, 50), row(5, 60)])
+            m = h.last_metrics
+            assert m.get("numRowsDroppedByWatermark", 0) == (1 if watermark else 0)
+            assert m["numDroppedDuplicateRows"] == 1
+            assert m["numRemovedStateRows"] == 0
+            keys = [r[0] for r in h.table("seen").scan()]
+            assert keys == ([1, 2, 3, 5] if watermark else [1, 2, 3, 4, 5])
+
     def test_changelog_and_null_event_time_are_refused(self) -> None:
         """A retraction, or a row without an event time, is an InputError."""
         with (
@@ -137,8 +170,12 @@ class TestDropDuplicatesWithinWatermark:
         op = DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=50)
         with OperatorHarness(op, backend=backend) as h:
             assert run_batch(h, [row(1, 100, 1), row(1, 120, 2)], 149) == [row(1, 100, 1)]
+            # One row per key, as Spark counts: the expiry index is auxiliary.
+            assert h.last_metrics["numTotalStateRows"] == 1
+            assert h.last_metrics["numUpdatedStateRows"] == 1
             assert run_batch(h, [row(1, 160, 3)], 150) == []
-            assert h.last_metrics["numRemovedStateRows"] == 2  # the key and its index entry
+            assert h.last_metrics["numRemovedStateRows"] == 1
+            assert h.last_metrics["numTotalStateRows"] == 0
             assert run_batch(h, [row(1, 170, 4)], 150) == [row(1, 170, 4)]
             assert [r[0] for r in h.table("seen").scan()] == [1]
 
@@ -150,6 +187,53 @@ class TestDropDuplicatesWithinWatermark:
             run_batch(h, [row(1, 100)], 100)
             assert run_batch(h, [row(2, 100), row(2, 101)], 100) == [row(2, 101)]
             assert h.last_metrics["numRowsDroppedByWatermark"] == 1
+
+
+class TestWatermarkCheck:
+    """check_watermarks: the runner's watermark must agree with the operator's
+    event time and delay, as Spark takes both from one withWatermark."""
+
+    def test_within_watermark_delay_must_match(self) -> None:
+        """DropDuplicatesWithinWatermark refuses a watermark of another delay
+        or column, or none; the same column and delay pass."""
+        op = DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=50)
+        op.check_watermarks({0: Watermark("ts", 50)})
+        with pytest.raises(InputError, match="delay_ms=80"):
+            op.check_watermarks({0: Watermark("ts", 80)})
+        with pytest.raises(InputError, match="same column"):
+            op.check_watermarks({0: Watermark("v", 50)})
+        with pytest.raises(InputError, match="no watermark"):
+            op.check_watermarks({})
+
+    def test_drop_duplicates_event_time_needs_the_watermark(self) -> None:
+        """DropDuplicates with an event time refuses to run without a
+        watermark on it (it would never drop late rows nor evict); one
+        without an event time refuses a watermark (Spark would drop late
+        rows); any delay will do."""
+        with_time = DropDuplicates(EVENTS, ["k"], event_time="ts")
+        with_time.check_watermarks({0: Watermark("ts", 1)})
+        with pytest.raises(InputError, match="no watermark"):
+            with_time.check_watermarks({})
+        without = DropDuplicates(EVENTS, ["k"])
+        without.check_watermarks({})
+        with pytest.raises(InputError, match="event_time='ts'"):
+            without.check_watermarks({0: Watermark("ts", 100)})
+
+    def test_runner_checks_before_it_reads_the_input(self, tmp_path: Path) -> None:
+        """run_operator calls the check first: a mismatch is an InputError
+        before the input or the checkpoint is touched."""
+        op = DropDuplicatesWithinWatermark(EVENTS, ["k"], event_time="ts", delay_ms=50)
+        with pytest.raises(InputError, match="delay_ms=150"):
+            run_operator(
+                object(),  # type: ignore[arg-type]
+                op,
+                keys=["k"],
+                partitions=2,
+                checkpoint=str(tmp_path / "checkpoint"),
+                sink=ParquetSink(str(tmp_path / "out")),
+                watermarks={0: Watermark("ts", 150)},
+            )
+        assert not (tmp_path / "checkpoint").exists()
 
 
 # -- random inputs against a model of Spark's operators ----------------------------------

@@ -141,7 +141,7 @@ class TestAppendJoinEviction:
             ]
             assert counts == [1, 1, 0]
             assert h.table("left_index").row_count == 0
-            assert h.last_metrics["leftRowsEvicted"] == 1
+            assert h.last_metrics["left.numRowsEvictedByWatermark"] == 1
 
     def test_right_row_evicted_by_the_other_bound(self) -> None:
         """A right row at t is evicted once wm - before - 1 ms reaches t."""
@@ -161,7 +161,7 @@ class TestAppendJoinEviction:
             batch(h, 19_000)
             out = batch(h, 30_000, left=[("a", 19_000, 1), ("a", 19_001, 2)])
             assert out == [("a", 19_001, 2, "a", 20_000, 7)]
-            assert h.last_metrics["leftLateRowsDropped"] == 1
+            assert h.last_metrics["left.numRowsDroppedByWatermark"] == 1
 
     def test_eviction_scans_only_what_it_evicts(self) -> None:
         """Eviction reads the index up to the state watermark, not the state."""
@@ -178,7 +178,7 @@ class TestAppendJoinEviction:
 
             index.scan_batch = counting  # type: ignore[method-assign]
             batch(h, 15_002)
-            assert sum(seen) == 4 == h.last_metrics["leftRowsEvicted"]
+            assert sum(seen) == 4 == h.last_metrics["left.numRowsEvictedByWatermark"]
             assert h.table("left_rows").row_count == 46
 
     def test_index_without_its_row_is_an_inconsistency(self) -> None:
@@ -214,7 +214,7 @@ class TestAppendJoinEviction:
             batch(h, 22_000)
             out = batch(h, 22_000, left=[("a", 21_000, 1), ("a", 9_000, 2)])
             assert out == [("a", 21_000, 1, "a", 25_000, 7)]
-            assert h.last_metrics["leftLateRowsDropped"] == 1
+            assert h.last_metrics["left.numRowsDroppedByWatermark"] == 1
 
 
 class TestAppendJoinOuter:
@@ -226,7 +226,7 @@ class TestAppendJoinOuter:
             assert batch(h, 12_000) == []
             assert batch(h, 12_001) == [("a", 10_000, 1, None, None, None)]
             assert batch(h, 50_000) == []
-            assert h.last_metrics["leftStateRows"] == 0
+            assert h.last_metrics["left.numTotalStateRows"] == 0
 
     def test_matched_row_never_padded(self) -> None:
         """A row that matched, in its own batch or later, is evicted silently."""
@@ -262,6 +262,18 @@ class TestAppendJoinOuter:
             batch(h, None, left=[(None, 10_000, 1)], right=[(None, 10_000, 7)])
             assert h.table("right_rows").row_count == 0
             assert batch(h, 20_000) == [(None, 10_000, 1, None, None, None)]
+
+    def test_full_join_pads_null_keys_spark_would_match(self) -> None:
+        """docs/operators/join.md, "Where it differs from Spark": in a full
+        join a null-key row on each side meets nothing and each is padded at
+        eviction; Spark's state matches the two (null equals null there) and
+        emits one joined row at once."""
+        with OperatorHarness(join("full")) as h:
+            assert batch(h, None, left=[(None, 10_000, 1)], right=[(None, 10_500, 7)]) == []
+            assert batch(h, 20_000) == [
+                (None, 10_000, 1, None, None, None),
+                (None, None, None, None, 10_500, 7),
+            ]
 
 
 class TestAppendJoinShape:
@@ -331,8 +343,8 @@ class TestAppendJoinShape:
             h.restore(0)
             again = batch(h, 15_000, right=[("a", 10_500, 7), ("c", 16_000, 9)])
             assert sorted(again, key=str) == sorted(first, key=str)
-            assert h.last_metrics["leftStateRows"] == 0
-            assert h.last_metrics["rightStateRows"] == 1
+            assert h.last_metrics["left.numTotalStateRows"] == 0
+            assert h.last_metrics["right.numTotalStateRows"] == 1
 
 
 class TestAppendJoinDocExample:
@@ -346,9 +358,46 @@ class TestAppendJoinDocExample:
             assert batch(h, 11_000, left=[("c", 11_500, 3)], right=[("b", 12_500, 8)]) == []
             out = batch(h, 12_001, right=[("b", 10_500, 9), ("c", 12_000, 10)])
             assert out == [("c", 11_500, 3, "c", 12_000, 10), ("b", 10_000, 2, None, None, None)]
-            assert h.last_metrics["rightLateRowsDropped"] == 1
-            assert h.last_metrics["leftRowsEvicted"] == 2
-            assert h.last_metrics["rightRowsEvicted"] == 1
+            assert h.last_metrics["right.numRowsDroppedByWatermark"] == 1
+            assert h.last_metrics["left.numRowsEvictedByWatermark"] == 2
+            assert h.last_metrics["right.numRowsEvictedByWatermark"] == 1
             assert h.last_metrics["evictionTimeMs"] >= 0
-            assert h.last_metrics["leftStateRows"] == 1
-            assert h.last_metrics["rightStateRows"] == 2
+            assert h.last_metrics["left.numTotalStateRows"] == 1
+            assert h.last_metrics["right.numTotalStateRows"] == 2
+
+
+class TestAppendJoinMetrics:
+    def test_every_counter(self) -> None:
+        """docs/operators/join.md, append mode's "Metrics": every counter of a
+        batch that drops late rows, matches, evicts and pads, per side as
+        ``<side>.<Spark's name>`` (the changelog join's scheme), and nothing
+        else; the index and floors tables are in no state-row count."""
+        with OperatorHarness(join("full")) as h:
+            batch(h, None, left=[("a", 10_000, 1), ("b", 10_000, 2)], right=[("a", 11_000, 7)])
+            m = h.last_metrics
+            assert (m["left.numUpdatedStateRows"], m["right.numUpdatedStateRows"]) == (3, 1)
+            batch(h, 11_000, left=[("c", 11_500, 3)], right=[("b", 12_500, 8)])
+            out = batch(
+                h, 12_001, left=[("d", 11_000, 4)], right=[("b", 10_500, 9), ("c", 12_000, 10)]
+            )
+            assert out == [("c", 11_500, 3, "c", 12_000, 10), ("b", 10_000, 2, None, None, None)]
+            m = h.last_metrics
+            assert m["evictionTimeMs"] >= 0
+            assert {k: v for k, v in m.items() if v and not k.endswith("TimeMs")} == {
+                "numOutputRows": 2,
+                "numMatchedRows": 1,
+                "numNullPaddedRows": 1,  # (b, 10 s) never matched; (a, 11 s) did
+                "numTotalStateRows": 3,
+                "numUpdatedStateRows": 2,
+                "numRemovedStateRows": 3,
+                "left.numRowsDroppedByWatermark": 1,
+                "left.numUpdatedStateRows": 1,  # (c, 11.5 s) flagged as matched
+                "left.numRowsEvictedByWatermark": 2,
+                "left.numRemovedStateRows": 2,
+                "left.numTotalStateRows": 1,
+                "right.numRowsDroppedByWatermark": 1,
+                "right.numUpdatedStateRows": 1,  # (c, 12 s) stored
+                "right.numRowsEvictedByWatermark": 1,
+                "right.numRemovedStateRows": 1,
+                "right.numTotalStateRows": 2,
+            }

@@ -151,4 +151,5 @@ def test_matches_the_model(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
             h.commit()
             assert Counter(row for _, row in h.output[start:]) == expected, f"batch {b}"
             stored = sum(len(s) for s in model.state)
-            assert h.last_metrics["leftStateRows"] + h.last_metrics["rightStateRows"] == stored
+            m = h.last_metrics
+            assert m["left.numTotalStateRows"] + m["right.numTotalStateRows"] == stored
