@@ -46,6 +46,7 @@ _U32 = struct.Struct(">I")
 _OP = struct.Struct(">BI")
 _PUT, _DELETE = 0, 1
 _LENGTHS = np.dtype(">u4")
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 
 
 class ChangelogFormatError(ValueError):
@@ -85,19 +86,25 @@ def encode(
     for start, end in range_deletes:
         parts += (u32(len(start)), start, u32(len(end)), end)
     n = len(ops)
-    keys, news = zip(*ops, strict=True) if n else ((), ())
+    keys = list(map(_first, ops))
+    news = list(map(_second, ops))
     deleted = np.fromiter(map(operator.is_, news, repeat(None)), dtype=bool, count=n)
-    kinds = deleted.astype(np.uint8)
     values = list(compress(news, ~deleted)) if deleted.any() else news
     parts += (
-        kinds.tobytes(),
-        np.fromiter(map(len, keys), dtype=_LENGTHS, count=n).tobytes(),
-        np.fromiter(map(len, values), dtype=_LENGTHS, count=len(values)).tobytes(),
+        deleted.astype(np.uint8).tobytes(),
+        _lengths(keys),
+        _lengths(values),
         b"".join(keys),
         b"".join(values),
     )
     body = b"".join(parts)
     return body + _TRAILER.pack(zlib.crc32(body), _END)
+
+
+def _lengths(items: list[bytes]) -> bytes:
+    """The lengths of ``items`` as big-endian u32s."""
+    native = np.fromiter(map(len, items), dtype=np.uint32, count=len(items))
+    return native.astype(_LENGTHS).tobytes()
 
 
 def decode(data: bytes) -> Changelog:

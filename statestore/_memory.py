@@ -59,6 +59,15 @@ class MemoryBackend:
         keys = data.irange(lower, upper, inclusive=(True, False), reverse=reverse)
         return iter([(k, data[k]) for k in keys])
 
+    def read_range(
+        self, lower: bytes = b"", upper: bytes | None = None, reverse: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        return list(self.items(lower, upper, reverse))
+
+    def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
+        data = self._live()
+        return [data[k] for k in data.irange(lower, upper, inclusive=(True, False))]
+
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         data = self._live()
         return iter(list(data.irange(lower, upper, inclusive=(True, False))))

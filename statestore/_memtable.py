@@ -262,9 +262,13 @@ class MemTable:
         return [(k, v, k in old) for k, v in self._new.items()]
 
     def writes(self) -> list[tuple[bytes, bytes | None]]:
-        """Every key with its row after the epoch (``None``: delete it), in no
-        particular order: the epoch's writes for the row layout."""
-        return list(self._new.items())
+        """Every key with its row after the epoch (``None``: delete it): the
+        epoch's writes for the row layout. In key order when an ordered read
+        has kept the keys sorted (free then), else in no particular order."""
+        new = self._new
+        if self._sorted is not None:
+            return [(k, new[k]) for k in self._sorted]
+        return list(new.items())
 
     def items(self) -> Iterator[tuple[bytes, KeyOp]]:
         """Every net operation, in no particular order."""

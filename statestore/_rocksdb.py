@@ -139,6 +139,16 @@ def _bounded(method: Any, lower: bytes, upper: bytes | None, path: str) -> Itera
         _raise_typed(exc, "iterate", path)
 
 
+def _read_all(method: Any, lower: bytes, upper: bytes | None, path: str) -> list[Any]:
+    """``list(method(from_key=lower))`` below ``upper``: rocksdict fills the
+    list in one call, where a generator would take a Python step per item."""
+    read_opts = rocksdict.ReadOptions()
+    if upper is not None:
+        read_opts.set_iterate_upper_bound(upper)
+    with _wrapped("iterate", path):
+        return list(method(from_key=lower, read_opt=read_opts))
+
+
 class RocksDBBackend:
     """A :class:`~statestore.KVBackend` on a local RocksDB directory."""
 
@@ -227,6 +237,17 @@ class RocksDBBackend:
                 if key < lower:
                     return
                 yield key, value
+
+    def read_range(
+        self, lower: bytes = b"", upper: bytes | None = None, reverse: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        db = self._live()
+        if reverse:
+            return list(self._items_reverse(db, lower, upper))
+        return _read_all(db.items, lower, upper, self.path)
+
+    def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
+        return _read_all(self._live().values, lower, upper, self.path)
 
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         db = self._live()

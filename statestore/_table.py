@@ -361,15 +361,21 @@ class StateTable:
                 yield row_key, row
 
     def _merged_values(self, lower: bytes, upper: bytes | None, reverse: bool) -> list[Row | bytes]:
-        """The values :meth:`_merged` yields, as a list. For the row layout the
-        two sorted streams are merged in C: a dict of storage's items updated
-        by the MemTable's, sorted (two presorted runs: one merge pass)."""
-        if self._cells is not None or not self._mem:
+        """The values :meth:`_merged` yields, as a list, for the row layout
+        without a Python step per row: storage is read in one call, and a
+        MemTable range is merged in C (a dict of storage's pairs updated by
+        the MemTable's, sorted: two presorted runs, one merge pass)."""
+        if self._cells is not None:
             return [v for _, v in self._merged(lower, upper, reverse)]
-        pending = self._mem.range(lower, upper, reverse)
+        pending = self._mem.range(lower, upper, reverse) if self._mem else []
+        if not pending and not self._range_deletes and not reverse:
+            return self.backend.read_values(lower, upper)  # type: ignore[return-value]
+        stored = self.backend.read_range(lower, upper, reverse)
+        if self._range_deletes:
+            stored = [(k, v) for k, v in stored if not self._in_range_delete(k)]
         if not pending:
-            return [v for _, v in self._storage(lower, upper, reverse)]
-        rows: dict[bytes, Row | bytes | None] = dict(self._storage(lower, upper, reverse))
+            return [v for _, v in stored]
+        rows: dict[bytes, Row | bytes | None] = dict(stored)
         rows.update(pending)
         ordered = sorted(rows.items(), key=itemgetter(0), reverse=reverse)
         return [v for _, v in ordered if v is not None]

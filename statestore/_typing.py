@@ -47,6 +47,17 @@ class KVBackend(Protocol):
         """Key-value pairs with ``lower <= key < upper``, ascending or descending."""
         ...
 
+    def read_range(
+        self, lower: bytes = b"", upper: bytes | None = None, reverse: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        """What :meth:`items` yields, read at once into a list: for a caller
+        that wants the whole range, without a Python step per pair."""
+        ...
+
+    def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
+        """The values of :meth:`items`, ascending, read at once into a list."""
+        ...
+
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         """Keys with ``lower <= key < upper``, ascending."""
         ...

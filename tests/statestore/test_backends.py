@@ -64,6 +64,16 @@ class TestKVBackend:
         everything = [k[1] for k, _ in backend.items(reverse=True)]
         assert everything == list(range(9, -1, -1))
 
+    def test_read_range_and_values_equal_items(self, backend: KVBackend) -> None:
+        """read_range() is items() read into a list, both directions, with the
+        same bounds; read_values() its values, ascending."""
+        _fill(backend)
+        for lower, upper in ((b"", None), (bytes([1, 2]), bytes([1, 5])), (bytes([1, 8]), None)):
+            for reverse in (False, True):
+                expected = list(backend.items(lower, upper, reverse))
+                assert backend.read_range(lower, upper, reverse) == expected
+            assert backend.read_values(lower, upper) == [v for _, v in backend.items(lower, upper)]
+
     def test_keys_bounds(self, backend: KVBackend) -> None:
         """keys() iterates keys only, within the same half-open bounds."""
         _fill(backend)
