@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators._operator import Operator, OperatorContext
+from operators._bench.versus import Discard
+from operators._operator import Operator
 from operators.join import AppendJoin, TimeRange
 from operators.testing import OperatorHarness
 
 __all__ = [
     "AppendWorkload",
-    "Discard",
     "make_join",
     "run_harness",
     "run_relstate",
@@ -178,21 +178,6 @@ def run_spark(spark: Any, workload: AppendWorkload, dirs: tuple[Path, Path], out
     return time.perf_counter() - started
 
 
-class Discard(Operator):
-    """Takes the join's inputs, keeps no state, emits nothing: what the
-    runner costs around an operator (read, shuffle, Arrow to Python, commit,
-    records)."""
-
-    name = "discard"
-
-    def __init__(self, join: AppendJoin) -> None:
-        self.inputs = join.inputs
-        self.output = join.output
-
-    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        """Nothing: the rows only pass through the runner."""
-
-
 def run_relstate(
     spark: Any,
     workload: AppendWorkload,
@@ -207,7 +192,7 @@ def run_relstate(
     from operators import ParquetSink, Watermark, run_operator
 
     join = make_join(workload, tz=spark.conf.get("spark.sql.session.timeZone"))
-    op: Operator = Discard(join) if discard else join
+    op: Operator = Discard(join.inputs, join.output) if discard else join
     started = time.perf_counter()
     query = run_operator(
         _streams(spark, dirs),

@@ -12,10 +12,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import median
+
+import pyarrow as pa
 
 from operators._bench.runner import Machine
+from operators._operator import Operator, OperatorContext
 
-__all__ = ["Comparison", "SuiteResult", "markdown", "terminal"]
+__all__ = ["Comparison", "Discard", "SuiteResult", "ceiling", "markdown", "runs", "terminal"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,19 @@ class Comparison:
     baseline: str
     #: The least speed-up that meets the goal (``None``: no goal).
     goal: float | None = None
+
+    @classmethod
+    def of_runs(
+        cls,
+        name: str,
+        rows: int,
+        relstate_runs: Sequence[float],
+        baseline_runs: Sequence[float],
+        baseline: str,
+        goal: float | None = None,
+    ) -> Comparison:
+        """The comparison of the medians of several runs of each side."""
+        return cls(name, rows, median(relstate_runs), median(baseline_runs), baseline, goal)
 
     def __post_init__(self) -> None:
         if self.relstate_seconds <= 0 or self.baseline_seconds <= 0:
@@ -63,6 +80,37 @@ class SuiteResult:
     readings: Sequence[tuple[str, str]] = ()
     machine: Machine = field(default_factory=Machine.current)
     finished: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+class Discard(Operator):
+    """Takes its inputs, keeps no state, emits nothing: run through the runner
+    on a suite's data, it times what the runner costs around any operator
+    (reading the files, the shuffle, Arrow to Python, opening and committing
+    the store, Spark's micro-batch)."""
+
+    name = "discard"
+
+    def __init__(self, inputs: Sequence[pa.Schema], output: pa.Schema) -> None:
+        self.inputs = list(inputs)
+        self.output = output
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Nothing: the rows only pass through the runner."""
+
+
+def runs(seconds: Sequence[float]) -> str:
+    """Several runs' times as a reading: each, in order."""
+    return ", ".join(f"{s:.2f} s" for s in seconds)
+
+
+def ceiling(baseline_seconds: float, runner_seconds: float) -> str:
+    """A reading: the most any operator run by relstate's runner could reach
+    against the baseline, since the runner alone (:class:`Discard`) already
+    takes ``runner_seconds``."""
+    return (
+        f"{runner_seconds:.2f} s; the baseline's {baseline_seconds:.2f} s over it: at most "
+        f"{baseline_seconds / runner_seconds:.2f}x for any operator"
+    )
 
 
 def _rate(rows: int, seconds: float) -> str:

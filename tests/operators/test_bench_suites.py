@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from operators._bench import runner, suites
-from operators._bench.versus import Comparison, SuiteResult, markdown, terminal
+from operators._bench.versus import Comparison, SuiteResult, ceiling, markdown, runs, terminal
 from operators.cli import main
 
 
@@ -41,6 +41,17 @@ class TestComparison:
         """A zero time would make a meaningless ratio: refused."""
         with pytest.raises(ValueError, match="positive"):
             Comparison("x", 1, 0.0, 1.0, "b")
+
+    def test_of_runs_compares_medians(self) -> None:
+        """A comparison of several runs per side compares each side's median,
+        so one disturbed run does not move the ratio."""
+        c = Comparison.of_runs("x", 1, [1.0, 9.0, 2.0], [4.0, 3.0, 30.0], "b")
+        assert (c.relstate_seconds, c.baseline_seconds, c.ratio) == (2.0, 4.0, 2.0)
+
+    def test_ceiling_is_the_baseline_over_the_runner_alone(self) -> None:
+        """The ceiling reading divides the baseline's time by the runner's own."""
+        assert ceiling(6.0, 2.0).endswith("at most 3.00x for any operator")
+        assert runs([1.0, 2.5]) == "1.00 s, 2.50 s"
 
     def test_tables_show_every_figure(self) -> None:
         """The terminal and markdown tables carry each workload's speed-up and verdict."""
