@@ -1,7 +1,7 @@
 """Bytes: table schemas, order-preserving keys, row and cell values."""
 
 from encoding._cell import CellCodec
-from encoding._keys import KeyCodec, prefix_successor
+from encoding._keys import KeyCodec, key_equal_values, prefix_successor
 from encoding._row import RowCodec
 from encoding._schema import (
     MAX_TABLE_ID,
@@ -33,5 +33,6 @@ __all__ = [
     "StateStoreError",
     "TableSchema",
     "ValueLayout",
+    "key_equal_values",
     "prefix_successor",
 ]

@@ -30,6 +30,17 @@ from encoding.errors import DecodingError, EncodingError
 __all__ = ["KeyCodec", "prefix_successor"]
 
 
+def key_equal_values(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``column`` with the values a key encodes alike made equal: a float
+    column's -0.0 becomes 0.0 and every NaN one NaN, as in the key bytes.
+    Arrow's hash joins and group-bys compare floats bit by bit, so a batch's
+    keys go through this before they are matched against stored ones."""
+    if not pa.types.is_floating(column.type):
+        return column
+    zeroed = pc.add(column, pa.scalar(0.0, column.type))  # -0.0 + 0.0 is 0.0
+    return pc.if_else(pc.is_nan(zeroed), pa.scalar(float("nan"), column.type), zeroed)
+
+
 def prefix_successor(prefix: bytes) -> bytes | None:
     """Smallest byte string greater than every string that starts with ``prefix``.
 

@@ -213,7 +213,9 @@ class RowCodec:
                     pa.array(rec[f"f{i}"] != 0, mask=nulls if validity is not None else None)
                 )
             elif col.code:
-                stored = np.ascontiguousarray(rec[f"f{i}"])
+                # A copy when the field sits unaligned in the packed record
+                # (Arrow's compute warns on, and may mishandle, such buffers).
+                stored = np.require(rec[f"f{i}"], requirements=["C", "A"])
                 if col.bounds is not None:
                     present = stored[~nulls]
                     lo, hi = col.bounds

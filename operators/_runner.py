@@ -107,12 +107,15 @@ def _side_batches(
     batches: Iterator[pa.RecordBatch], columns: list[list[str]]
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Split tagged batches into runs of one side, in order, each with that
-    side's own column names. Consecutive runs of one side are joined, up to
-    :data:`_CHUNK_ROWS` rows, so that an operator sees few large batches
-    rather than the many small ones Arrow hands a task."""
+    side's own column names. Consecutive runs of one side are joined until
+    they reach :data:`_CHUNK_ROWS` rows (a chunk may pass it by the last
+    input batch's run), so that an operator sees few large batches rather
+    than the many small ones Arrow hands a task."""
     side, rows = -1, 0
     pending: list[pa.RecordBatch] = []
     for batch in batches:
+        if not batch.num_rows:
+            continue
         sides = np.asarray(batch.column(_SIDE))
         starts = [0, *(np.flatnonzero(sides[1:] != sides[:-1]) + 1).tolist()]
         for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):

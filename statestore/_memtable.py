@@ -58,7 +58,9 @@ class MemTable:
     ``old`` maps the keys that existed before the epoch to their row then. A key
     in ``new`` but not in ``old`` is an Insert; in both, a Delete when its new row
     is ``None`` and an Update otherwise. A bulk insert is then one
-    ``dict.update``, and ``new.items()`` are the commit's writes as they stand.
+    ``dict.update``, and ``new``'s items are the commit's writes as they stand
+    (:meth:`writes` hands them over in key order once an ordered read has
+    sorted the keys).
 
     With ``blind_inserts`` (callers that insert without checking storage) an
     Insert may cover a committed row, so Insert + delete cannot be "nothing":

@@ -536,8 +536,9 @@ class StateTable:
 
     def update_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Replace the rows with the keys of ``batch``'s rows by them; in strict
-        mode each key must be stored, else nothing is written. Unchecked mode
-        reads nothing: the caller knows the rows exist."""
+        mode each key must be stored, else nothing is written. Relaxed and
+        unchecked mode read nothing (relaxed mode squares the epoch with
+        storage at the commit, as for :meth:`update`)."""
         keys = self.keys.encode_batch(batch)
         values = self.rows.encode_batch(batch)
         if self._strict:
@@ -557,8 +558,13 @@ class StateTable:
         """Delete the rows whose primary keys are the rows of ``pks`` (the key
         columns, by name); the batch form of :meth:`delete_key`. Strict and
         relaxed mode skip keys that are not stored (one multi-get); unchecked
-        mode reads nothing and deletes every key. Returns the rows deleted."""
+        mode reads nothing and deletes every key. A key named twice is an
+        inconsistency in strict mode and is deleted once in the others.
+        Returns the rows deleted."""
         keys = self.keys.encode_batch(pks)
+        if not self._strict:
+            # A key named twice is deleted once; strict mode refuses it.
+            keys = list(dict.fromkeys(keys))
         if self.consistency is ConsistencyMode.UNCHECKED:
             olds = [b""] * len(keys)
         else:

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from encoding import TableSchema
+from encoding import TableSchema, key_equal_values
 from operators._operator import Operator, OperatorContext
 from operators.dedup._columns import (
     ExpiryIndex,
@@ -106,6 +106,7 @@ class _FirstRowPerKey(Operator):
                     batch = batch.filter(pa.array(kept))
                     times = times[kept]
         if not batch.num_rows:
+            ctx.count(DROPPED, 0)
             return
         keys = self._state_keys(batch, times)
         new = self._unseen_firsts(ctx, keys)
@@ -120,7 +121,9 @@ class _FirstRowPerKey(Operator):
         """The batch's keys as state keys them: its key columns in state key
         order, the event time in microseconds, under the state's names."""
         arrays = [
-            pa.array(times) if self.columns[i] == self.event_time else batch.column(self.columns[i])
+            pa.array(times)
+            if self.columns[i] == self.event_time
+            else key_equal_values(batch.column(self.columns[i]))
             for i in self.state_order
         ]
         return pa.table(arrays, names=self.key_names)

@@ -25,6 +25,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from encoding import key_equal_values
 from operators._changelog import RowKind, kinds_in
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
@@ -138,7 +139,7 @@ class AppendJoin(Operator):
         mine, other = self.sides[side], self.sides[1 - side]
         other_rows = ctx.table(other.rows.name)
         names = self.inputs[side].names
-        keys = [batch.column(names[p]) for p in mine.key_positions]
+        keys = [key_equal_values(batch.column(names[p])) for p in mine.key_positions]
         null_key = _any_null(keys)
         lo, hi = self.time.other_bounds(side, times)
         probe = pa.table(
@@ -195,7 +196,10 @@ class AppendJoin(Operator):
         key, the time range, then the extra condition."""
         stored = pa.table(
             {
-                **{_key(i): candidates.column(p + 2) for i, p in enumerate(other.key_positions)},
+                **{
+                    _key(i): key_equal_values(candidates.column(p + 2))
+                    for i, p in enumerate(other.key_positions)
+                },
                 _CANDIDATE: np.arange(candidates.num_rows),
                 _STORED_TIME: candidates.column(0),
             }
@@ -228,8 +232,8 @@ class AppendJoin(Operator):
         """The stored rows of ``table`` that the probe's rows may meet: one
         bounded prefix scan per join key (over the time range its rows
         reach), or, when the keys are many for the table's size, the whole
-        table in one scan (a seek costs about as much as reading ten rows in
-        order)."""
+        table in one scan (a bounded scan costs about as much as reading
+        :data:`_SEEK_ROWS` rows of a whole-table scan)."""
         names = [_key(i) for i in range(len(state.key_positions))]
         reach = probe.group_by(names).aggregate([(_LO, "min"), (_HI, "max")])
         if reach.num_rows * _SEEK_ROWS >= table.row_count:

@@ -52,6 +52,15 @@ class TestSideBatches:
         assert [len(c) for c in out] == [6, 6, 3]
         assert [k for chunk in out for k in chunk] == list(range(15))
 
+    def test_empty_input_batches_are_skipped(self) -> None:
+        """An empty batch among the input (Arrow may hand one) changes
+        nothing: the runs around it are joined as if it were not there."""
+        batches = [tagged([0, 0], 0), tagged([], 2), tagged([0, 1], 2)]
+        out = [
+            (side, b.column("k").to_pylist()) for side, b in _side_batches(iter(batches), COLUMNS)
+        ]
+        assert out == [(0, [0, 1, 2]), (1, [3])]
+
     def test_no_input_gives_nothing(self) -> None:
         """A task without input rows hands the operator no batch."""
         assert list(_side_batches(iter([]), COLUMNS)) == []

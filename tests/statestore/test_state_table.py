@@ -151,6 +151,34 @@ class TestConsistency:
             assert t.row_count == 0
 
 
+class TestBatchForms:
+    @pytest.mark.parametrize("mode", ["relaxed", "unchecked"])
+    def test_delete_keys_named_twice_deletes_once(self, backend: KVBackend, mode: str) -> None:
+        """Outside strict mode a key named twice in one delete_keys is deleted
+        once and counted once; strict mode refuses it."""
+        t = _table(backend, consistency=mode)
+        t.insert_batch(pa.table({"pk": [1, 2], "b": [10, 20], "c": [100, 200]}))
+        t.commit(1)
+        assert t.delete_keys(pa.table({"pk": [1, 1]})) == 1
+        t.commit(2)
+        assert list(t.scan()) == [(2, 20, 200)] and t.row_count == 1
+        strict = _table(backend, table_id=2)
+        with pytest.raises(InconsistencyError, match="named twice"):
+            strict.delete_keys(pa.table({"pk": [1, 1]}))
+
+    def test_scan_batch_buffers_are_aligned(self, backend: KVBackend) -> None:
+        """Fixed-width columns that scan_batch decodes sit on aligned buffers
+        (Arrow's compute, a join say, warns on and may mishandle others)."""
+        cols = pa.schema([("t", pa.int64()), ("k", pa.int32()), ("s", pa.string())])
+        t = _table(backend, columns=cols, key=("t",))
+        t.insert((1, 2, "x"))
+        t.commit(1)
+        batch = t.scan_batch()
+        for column in (batch.column("t"), batch.column("k")):
+            width = column.type.bit_width // 8
+            assert column.buffers()[1].address % width == 0
+
+
 class TestScan:
     COLS = pa.schema([("jk", pa.int32()), ("pk", pa.string()), ("v", pa.float64())])
 

@@ -163,6 +163,20 @@ class TestDropDuplicates:
             DropDuplicates(EVENTS, ["k"], event_time="v")
 
 
+class TestFloatKeys:
+    def test_zero_and_nan_are_one_key_each(self, backend: str) -> None:
+        """-0.0 is a duplicate of 0.0 and every NaN of the first NaN, as the
+        key encoding (and Spark's grouping) has them: one row each comes out."""
+        schema = pa.schema([("k", pa.float64()), ("v", pa.int64())])
+        nan = float("nan")
+        with OperatorHarness(DropDuplicates(schema, ["k"]), backend=backend) as h:
+            out = h.process_rows([(0.0, 1), (-0.0, 2), (nan, 3), (nan, 4), (1.5, 5)])
+            h.commit()
+            assert [r[1] for _, r in out] == [1, 3, 5]
+            assert h.last_metrics["numDroppedDuplicateRows"] == 2
+            assert h.last_metrics["numTotalStateRows"] == 3
+
+
 class TestDropDuplicatesWithinWatermark:
     def test_key_expires_at_event_time_plus_delay(self, backend: str) -> None:
         """A key's entry lives until the watermark reaches its first row's

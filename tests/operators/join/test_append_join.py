@@ -276,6 +276,28 @@ class TestAppendJoinOuter:
             ]
 
 
+class TestAppendJoinFloatKeys:
+    @pytest.mark.parametrize("seek_rows", [0, 10**9], ids=["whole-table", "per-key"])
+    def test_zero_and_nan_keys_meet_as_the_key_encoding_has_them(
+        self, monkeypatch: pytest.MonkeyPatch, seek_rows: int
+    ) -> None:
+        """0.0 meets -0.0 and NaN meets NaN (one key in state, and in Spark's
+        join), on both ways of reading the other side, each pair once."""
+        from operators.join import _append
+
+        monkeypatch.setattr(_append, "_SEEK_ROWS", seek_rows)
+        schema = pa.schema([("k", pa.float64()), ("ts", pa.int64()), ("v", pa.int64())])
+        op = AppendJoin(schema, schema, ["k"], ["k"], "ts", "ts", RANGE, left_prefix="l_")
+        nan = float("nan")
+        with OperatorHarness(op) as h:
+            h.process_rows([(0.0, 10_000, 1), (-0.0, 10_000, 2), (nan, 10_000, 5)], side=0)
+            out = rows(
+                h.process_rows([(0.0, 10_000, 3), (-0.0, 10_000, 4), (nan, 10_000, 6)], side=1)
+            )
+        pairs = sorted((r[2], r[5]) for r in out)
+        assert pairs == [(1, 3), (1, 4), (2, 3), (2, 4), (5, 6)]
+
+
 class TestAppendJoinShape:
     def test_output_columns_and_nullability(self) -> None:
         """Output is left columns then right, prefixed; a padded side is nullable."""
