@@ -140,6 +140,14 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
         :class:`~operators.errors.InputError` if the operator cannot keep its
         semantics under them. By default any watermarks will do."""
 
+    def watermark_rows(self, batch: pa.RecordBatch, side: int) -> pa.BooleanArray | None:
+        """Which rows of an input batch count towards that input's event-time
+        watermark (``None``, the default: every row). Spark drops the rows a
+        query can never use (an inner join's null-key rows) before its
+        watermark sees them; an operator that drops rows the same way says so
+        here, so that its watermark is Spark's."""
+        return None
+
     def open(self, ctx: OperatorContext) -> None:  # noqa: B027 - optional hook
         """Called before a batch's first row (per partition)."""
 

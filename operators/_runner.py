@@ -233,7 +233,9 @@ def _outputs(
     for side, part in _side_batches(batches, plan.side_columns):
         mark = plan.watermarks.get(side)
         if mark is not None and part.num_rows:
-            latest = _max_millis(part.column(mark.column))
+            times = part.column(mark.column)
+            counted = plan.operator.watermark_rows(part, side)
+            latest = _max_millis(times if counted is None else times.filter(counted))
             if latest is not None:
                 max_time[side] = max(max_time.get(side, latest), latest)
         run.process(side, part)

@@ -106,6 +106,16 @@ class AppendJoin(Operator):
         # only tell apart rows of one key and time in one partition's state.
         self._next_seq: dict[int, int] = {}
 
+    def watermark_rows(self, batch: pa.RecordBatch, side: int) -> pa.BooleanArray | None:
+        """A row whose join key is null can meet nothing; Spark filters such
+        rows out before its watermark on every side that is not outer, and so
+        they do not count towards the watermark here either."""
+        if side in self.outer_sides:
+            return None
+        names = self.inputs[side].names
+        null_key = _any_null([batch.column(names[p]) for p in self.sides[side].key_positions])
+        return None if null_key is None else pc.invert(null_key)
+
     # -- the batch ---------------------------------------------------------------------
 
     def open(self, ctx: OperatorContext) -> None:

@@ -298,6 +298,21 @@ class TestAppendJoinFloatKeys:
         assert pairs == [(1, 3), (1, 4), (2, 3), (2, 4), (5, 6)]
 
 
+class TestAppendJoinWatermarkRows:
+    def test_null_keys_count_only_on_outer_sides(self) -> None:
+        """A null-key row does not count towards an inner side's watermark
+        (Spark filters it out before), but does on an outer side, which
+        keeps it to pad."""
+        batch = pa.record_batch(
+            {"k": ["a", None, "b"], "ts": [1, 2, 3], "v": [1, 2, 3]}, schema=LEFT
+        )
+        assert join().watermark_rows(batch, 0).to_pylist() == [True, False, True]
+        assert join("left").watermark_rows(batch, 0) is None
+        right = batch.rename_columns(RIGHT.names)
+        assert join("left").watermark_rows(right, 1).to_pylist() == [True, False, True]
+        assert join().watermark_rows(batch.slice(0, 1), 0) is None
+
+
 class TestAppendJoinShape:
     def test_output_columns_and_nullability(self) -> None:
         """Output is left columns then right, prefixed; a padded side is nullable."""

@@ -203,16 +203,20 @@ def results(
 
 
 def _with_null_keys(tables: list[pa.Table], seed: int) -> list[pa.Table]:
-    """The batches plus a few rows with a null key each, at the batch's
-    earliest event time. Never at its latest: Spark drops null-key rows of an
-    inner join before its watermark sees them, relstate's runner does not, so
-    such a row would move only relstate's watermark (docs/operators/join.md,
-    "Where it differs from Spark")."""
+    """The batches plus a few rows with a null key each, one at the batch's
+    earliest event time and the others 30 s past its latest. Spark drops the
+    null-key rows of an inner join before its watermark sees them, and so
+    does relstate (AppendJoin.watermark_rows): were they counted, the late
+    ones would move the watermark 30 s ahead and make later rows late."""
     rng = random.Random(seed)
     out = []
     for b, table in enumerate(tables):
-        earliest = min(table.column("ts").to_pylist())
-        nulls = [{"k": None, "ts": earliest, "v": -100 * b - i} for i in range(rng.randrange(2, 5))]
+        times = table.column("ts").to_pylist()
+        ahead = max(times) + dt.timedelta(seconds=30)
+        nulls = [
+            {"k": None, "ts": min(times) if i == 0 else ahead, "v": -100 * b - i}
+            for i in range(rng.randrange(2, 5))
+        ]
         out.append(pa.concat_tables([table, pa.Table.from_pylist(nulls, _schema("UTC"))]))
     return out
 
