@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
@@ -55,40 +54,14 @@ FLOORS = TableSchema(
 
 @dataclass(frozen=True)
 class SideState:
-    """The two tables of one side and how their rows are laid out."""
+    """The two tables of one side. A ``rows`` row is ``(time, seq, *input
+    row, matched)``; an ``index`` row is ``(time, *join key, seq)``, the
+    primary key of the ``rows`` row it names, column for column."""
 
     rows: TableSchema
     index: TableSchema
     #: Positions of the join key columns in an input row.
     key_positions: tuple[int, ...]
-    width: int
-
-    def stored_row(self, time: int, seq: int, row: Sequence[Any], matched: bool) -> tuple[Any, ...]:
-        """The ``rows`` table row of an input row."""
-        return (time, seq, *row, matched)
-
-    def index_row(self, time: int, key: Sequence[Any], seq: int) -> tuple[Any, ...]:
-        """The ``index`` table row of a stored row."""
-        return (time, *key, seq)
-
-    def pk_of_index(self, entry: Sequence[Any]) -> tuple[Any, ...]:
-        """The ``rows`` primary key an index row points at."""
-        return (*entry[1:-1], entry[0], entry[-1])
-
-    @staticmethod
-    def input_of(stored: Sequence[Any]) -> tuple[Any, ...]:
-        """The input row inside a stored row."""
-        return tuple(stored[2:-1])
-
-    @staticmethod
-    def matched(stored: Sequence[Any]) -> bool:
-        """Whether a stored row has met a row of the other side."""
-        return bool(stored[-1])
-
-    @staticmethod
-    def with_matched(stored: Sequence[Any]) -> tuple[Any, ...]:
-        """The stored row with its matched flag set."""
-        return (*stored[:-1], True)
 
 
 def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
@@ -116,5 +89,4 @@ def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
             auxiliary=True,
         ),
         key_positions=tuple(schema.names.index(k) for k in keys),
-        width=len(schema),
     )
