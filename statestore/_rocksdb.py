@@ -122,15 +122,19 @@ def _wrapped(action: str, path: str) -> Iterator[None]:
         _raise_typed(exc, action, path)
 
 
-def _bounded(method: Any, lower: bytes, upper: bytes | None, path: str) -> Iterator[Any]:
-    """Iterate ``method(from_key=lower)`` below ``upper``.
-
-    The ReadOptions that carries the upper bound must outlive the iterator (its
-    bound is not copied), so this generator holds it until iteration ends.
-    """
+def _below(upper: bytes | None) -> rocksdict.ReadOptions:
+    """Read options that stop an iterator before ``upper`` (``None``: never).
+    The options must outlive the iterator: its bound is not copied."""
     read_opts = rocksdict.ReadOptions()
     if upper is not None:
         read_opts.set_iterate_upper_bound(upper)
+    return read_opts
+
+
+def _bounded(method: Any, lower: bytes, upper: bytes | None, path: str) -> Iterator[Any]:
+    """Iterate ``method(from_key=lower)`` below ``upper``; this generator
+    holds the read options until iteration ends."""
+    read_opts = _below(upper)
     try:
         yield from method(from_key=lower, read_opt=read_opts)
     except BackendError:
@@ -142,9 +146,7 @@ def _bounded(method: Any, lower: bytes, upper: bytes | None, path: str) -> Itera
 def _read_all(method: Any, lower: bytes, upper: bytes | None, path: str) -> list[Any]:
     """``list(method(from_key=lower))`` below ``upper``: rocksdict fills the
     list in one call, where a generator would take a Python step per item."""
-    read_opts = rocksdict.ReadOptions()
-    if upper is not None:
-        read_opts.set_iterate_upper_bound(upper)
+    read_opts = _below(upper)
     with _wrapped("iterate", path):
         return list(method(from_key=lower, read_opt=read_opts))
 

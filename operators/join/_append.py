@@ -112,9 +112,13 @@ class AppendJoin(Operator):
         they do not count towards the watermark here either."""
         if side in self.outer_sides:
             return None
-        names = self.inputs[side].names
-        null_key = _any_null([batch.column(names[p]) for p in self.sides[side].key_positions])
+        null_key = _any_null(self._key_columns(batch, side))
         return None if null_key is None else pc.invert(null_key)
+
+    def _key_columns(self, batch: pa.RecordBatch, side: int) -> list[pa.Array]:
+        """The join key columns of an input batch of ``side``."""
+        names = self.inputs[side].names
+        return [batch.column(names[p]) for p in self.sides[side].key_positions]
 
     # -- the batch ---------------------------------------------------------------------
 
@@ -146,10 +150,9 @@ class AppendJoin(Operator):
     def _join_and_store(
         self, ctx: OperatorContext, side: int, batch: pa.RecordBatch, times: npt.NDArray[np.int64]
     ) -> None:
-        mine, other = self.sides[side], self.sides[1 - side]
+        other = self.sides[1 - side]
         other_rows = ctx.table(other.rows.name)
-        names = self.inputs[side].names
-        keys = [key_equal_values(batch.column(names[p])) for p in mine.key_positions]
+        keys = [key_equal_values(k) for k in self._key_columns(batch, side)]
         null_key = _any_null(keys)
         lo, hi = self.time.other_bounds(side, times)
         probe = pa.table(
@@ -183,12 +186,8 @@ class AppendJoin(Operator):
             flagged = self._flag_matched(other_rows, candidates, theirs_at)
         if null_key is not None and side not in self.outer_sides:
             # Only an outer side keeps a null-key row: to pad it at eviction.
-            keep = pc.invert(null_key)
-            batch, times, found = (
-                batch.filter(keep),
-                times[np.asarray(keep)],
-                found[np.asarray(keep)],
-            )
+            keep = np.asarray(pc.invert(null_key))
+            batch, times, found = batch.filter(pa.array(keep)), times[keep], found[keep]
         self._store(ctx, side, batch, times, found)
         ctx.count(MATCHED, len(mine_at))
         ctx.count(side_metric(SIDE_NAMES[1 - side], UPDATED), flagged)
@@ -298,7 +297,7 @@ class AppendJoin(Operator):
             [stamps, seqs, *inputs, pa.array(found, type=pa.bool_())],
             schema=state.rows.columns,
         )
-        keys = [batch.column(self.inputs[side].names[p]) for p in state.key_positions]
+        keys = self._key_columns(batch, side)
         index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
         ctx.table(state.rows.name).insert_batch(rows)
         ctx.table(state.index.name).insert_batch(index)
