@@ -18,6 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ from statestore._faults import fault
 from statestore._filesystems import redact
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["RelstateQuery", "Watermark", "run_operator"]
@@ -295,14 +296,32 @@ def _with_meta(batch: pa.RecordBatch | None, schema: pa.Schema, meta: str | None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+@contextmanager
+def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
+    """Adaptive query execution off for the job that runs the tasks, and as it
+    was after. The job is one shuffle into ``mapInArrow`` with a fixed
+    partition count, which adaptive execution cannot improve; it would only
+    run the shuffle as a job of its own and plan the rest again, about 40 ms
+    of every micro-batch here. The streaming query's session is the query's
+    own, and ``foreachBatch`` calls run one at a time, so nothing else sees
+    the change."""
+    key = "spark.sql.adaptive.enabled"
+    before = session.conf.get(key, "true")
+    session.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        session.conf.set(key, before or "true")
+
+
 def _committed(result: DataFrame, batch_id: int, partitions: int) -> list[dict[str, Any]]:
     """The metadata rows of a task result; a :class:`RunnerError` unless
     every partition committed."""
     from pyspark.sql import functions as F
 
-    metas = [
-        json.loads(r[0]) for r in result.where(F.col(_META).isNotNull()).select(_META).collect()
-    ]
+    with _without_adaptive_execution(result.sparkSession):
+        rows = result.where(F.col(_META).isNotNull()).select(_META).collect()
+    metas = [json.loads(r[0]) for r in rows]
     got = sorted(m["partition"] for m in metas)
     if got != list(range(partitions)):
         raise RunnerError(

@@ -25,6 +25,7 @@ __all__ = [
     "run_harness",
     "run_relstate",
     "run_spark",
+    "run_spark_floor",
     "schema",
     "watermarks",
     "write_files",
@@ -206,3 +207,41 @@ def run_relstate(
     )
     query.awaitTermination()
     return time.perf_counter() - started, query.history
+
+
+def run_spark_floor(
+    spark: Any, workload: AppendWorkload, dirs: tuple[Path, Path], out: Path, partitions: int
+) -> float:
+    """What any operator run by Spark's ``foreachBatch`` pays before it does
+    anything: Spark's micro-batch over the same files, the batch shuffled by
+    the join key into ``partitions`` tasks and handed to Python by
+    ``mapInArrow``, which only counts the rows (adaptive execution off, as in
+    relstate's runner). Seconds from start to the end of the last batch."""
+    from pyspark.sql import functions as F
+
+    from operators._runner import _without_adaptive_execution
+
+    def count(batches: Any) -> Any:
+        yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
+
+    counted: list[int] = []
+
+    def each(batch: Any, batch_id: int) -> None:
+        with _without_adaptive_execution(batch.sparkSession):
+            shuffled = batch.repartition(partitions, "ad_id").mapInArrow(count, "rows long")
+            counted.extend(r[0] for r in shuffled.collect())
+
+    left, right = _streams(spark, dirs)
+    stream = left.withColumn("side", F.lit(0)).unionByName(right.withColumn("side", F.lit(1)))
+    started = time.perf_counter()
+    query = (
+        stream.writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    if sum(counted) != 2 * workload.rows:
+        raise RuntimeError(f"the floor job saw {sum(counted)} rows of {2 * workload.rows}")
+    return seconds

@@ -103,13 +103,13 @@ def runs(seconds: Sequence[float]) -> str:
     return ", ".join(f"{s:.2f} s" for s in seconds)
 
 
-def ceiling(baseline_seconds: float, runner_seconds: float) -> str:
-    """A reading: the most any operator run by relstate's runner could reach
-    against the baseline, since the runner alone (:class:`Discard`) already
-    takes ``runner_seconds``."""
+def ceiling(baseline_seconds: float, floor_seconds: float, bound: str = "any operator") -> str:
+    """A reading: the most that ``bound`` could reach against the baseline,
+    since the part of the work it cannot avoid already takes
+    ``floor_seconds`` (for any operator, the runner alone: :class:`Discard`)."""
     return (
-        f"{runner_seconds:.2f} s; the baseline's {baseline_seconds:.2f} s over it: at most "
-        f"{baseline_seconds / runner_seconds:.2f}x for any operator"
+        f"{floor_seconds:.2f} s; the baseline's {baseline_seconds:.2f} s over it: at most "
+        f"{baseline_seconds / floor_seconds:.2f}x for {bound}"
     )
 
 

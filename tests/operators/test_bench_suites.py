@@ -51,6 +51,7 @@ class TestComparison:
     def test_ceiling_is_the_baseline_over_the_runner_alone(self) -> None:
         """The ceiling reading divides the baseline's time by the runner's own."""
         assert ceiling(6.0, 2.0).endswith("at most 3.00x for any operator")
+        assert ceiling(6.0, 1.5, "any runner").endswith("at most 4.00x for any runner")
         assert runs([1.0, 2.5]) == "1.00 s, 2.50 s"
 
     def test_tables_show_every_figure(self) -> None:
@@ -173,3 +174,19 @@ class TestFkJoinSuite:
         )
         with pytest.raises(RuntimeError, match="1 rows missing, 1 extra"):
             _check_output(spark, tmp_path)
+
+
+class TestAppendJoinSuite:
+    @pytest.mark.spark
+    def test_spark_floor_hands_every_row_to_python(self, spark: Any, tmp_path: Path) -> None:
+        """The Spark-alone floor job runs every batch of the suite's files
+        through foreachBatch and mapInArrow, and refuses a count short of the
+        input."""
+        from operators._bench import append_join_workload as workload
+
+        small = workload.AppendWorkload(rows=400, batches=2)
+        dirs = workload.write_files(small.sides(), tmp_path / "input")
+        assert workload.run_spark_floor(spark, small, dirs, tmp_path / "floor", 2) > 0
+        more = workload.AppendWorkload(rows=800, batches=2)
+        with pytest.raises(RuntimeError, match="saw 800 rows of 1600"):
+            workload.run_spark_floor(spark, more, dirs, tmp_path / "short", 2)

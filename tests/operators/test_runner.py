@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from operators._runner import run_operator
+from operators._runner import _without_adaptive_execution, run_operator
 from operators._sinks import ParquetSink
 from operators._task import state_tables
 from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
@@ -149,6 +149,22 @@ class TestRunner:
         tmp_path.joinpath("resumed").touch()
         sink = _run(spark, tmp_path, small)
         assert _per_batch(spark, sink) == reference(small)
+
+    def test_tasks_run_without_adaptive_execution_and_the_setting_returns(self, spark: Any) -> None:
+        """The runner's task job runs with adaptive execution off, and the
+        session's setting is as it was afterwards, also after a failed job."""
+        key = "spark.sql.adaptive.enabled"
+        before = spark.conf.get(key)
+        spark.conf.set(key, "true")
+        try:
+            with _without_adaptive_execution(spark):
+                assert spark.conf.get(key) == "false"
+            assert spark.conf.get(key) == "true"
+            with pytest.raises(RuntimeError), _without_adaptive_execution(spark):
+                raise RuntimeError("the job failed")
+            assert spark.conf.get(key) == "true"
+        finally:
+            spark.conf.set(key, before)
 
 
 class TestBadInput:
