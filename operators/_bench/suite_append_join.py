@@ -26,7 +26,7 @@ __all__ = ["run"]
 _SPARK = "Spark stream-stream join"
 PARTITIONS = 2
 #: Runs of each side outside ``--quick``; the medians are compared.
-REPEATS = 3
+REPEATS = 5
 
 
 def _rate(rows: int, seconds: float) -> str:
