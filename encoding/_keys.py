@@ -27,7 +27,7 @@ from encoding._key_ints import DateColumn, IntColumn, TimestampColumn
 from encoding._schema import KeyColumn, TableSchema
 from encoding.errors import DecodingError, EncodingError
 
-__all__ = ["KeyCodec", "prefix_successor"]
+__all__ = ["KeyCodec", "key_equal_values", "prefix_successor"]
 
 
 def key_equal_values(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

@@ -137,7 +137,8 @@ class TableSchema:
     move the row (see :data:`PartitionBy`). ``auxiliary`` marks a table that
     only serves the operator's other tables (an expiry or time index, a
     per-partition bound): its rows are not the operator's state rows, so the
-    state-row metrics leave them out, as Spark counts one row per key.
+    operator's state-row metrics leave them out, as Spark counts one row per
+    key (the store's own totals count every table).
     """
 
     table_id: int

@@ -59,8 +59,7 @@ class MemTable:
     in ``new`` but not in ``old`` is an Insert; in both, a Delete when its new row
     is ``None`` and an Update otherwise. A bulk insert is then one
     ``dict.update``, and ``new``'s items are the commit's writes as they stand
-    (:meth:`writes` hands them over in key order once an ordered read has
-    sorted the keys).
+    (:meth:`writes` hands them over, in no particular order).
 
     With ``blind_inserts`` (callers that insert without checking storage) an
     Insert may cover a committed row, so Insert + delete cannot be "nothing":
@@ -194,10 +193,11 @@ class MemTable:
         return [k for k, v in zip(keys, values, strict=True) if not self.insert(k, v)]
 
     def delete_many(self, keys: list[bytes], olds: list[bytes]) -> list[bytes]:
-        """Record deletes of ``olds`` at ``keys``; returns the keys whose
-        delete was a conflict. Keys the epoch has not touched go in one pass."""
+        """Record deletes of ``olds`` at ``keys``, which must be distinct;
+        returns the keys whose delete was a conflict. Keys the epoch has not
+        touched go in one pass."""
         new = self._new
-        if new.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+        if new.keys().isdisjoint(keys):
             new.update(dict.fromkeys(keys))
             self._old.update(zip(keys, olds, strict=True))
             self.deletes += len(keys)
@@ -265,12 +265,9 @@ class MemTable:
 
     def writes(self) -> list[tuple[bytes, bytes | None]]:
         """Every key with its row after the epoch (``None``: delete it): the
-        epoch's writes for the row layout. In key order when an ordered read
-        has kept the keys sorted (free then), else in no particular order."""
-        new = self._new
-        if self._sorted is not None:
-            return [(k, new[k]) for k in self._sorted]
-        return list(new.items())
+        epoch's writes for the row layout, in no particular order (a caller
+        that wants key order sorts them)."""
+        return list(self._new.items())
 
     def items(self) -> Iterator[tuple[bytes, KeyOp]]:
         """Every net operation, in no particular order."""

@@ -472,6 +472,7 @@ class StateStore:
             ops, ranges = table.spill()
             if not ops and not ranges:
                 return
+            ops.sort(key=itemgetter(0))  # key order, as in _prepare
             backend = self._live_backend()
             path = self._local.spill_dir() / f"{len(self._spills):08d}.seg"
             path.write_bytes(_changelog.encode(0, _SEGMENT_ID, ops, ranges))

@@ -542,6 +542,7 @@ class StateTable:
         keys = self.keys.encode_batch(batch)
         values = self.rows.encode_batch(batch)
         if self._strict:
+            self._reject_twice(keys, "named twice in one batch")
             olds = [self._current_or_missing(k, c) for k, c in self._with_current(keys)]
         else:
             # Only a strict check compares old rows; the MemTable needs to
@@ -562,8 +563,9 @@ class StateTable:
         inconsistency in strict mode and is deleted once in the others.
         Returns the rows deleted."""
         keys = self.keys.encode_batch(pks)
-        if not self._strict:
-            # A key named twice is deleted once; strict mode refuses it.
+        if self._strict:
+            self._reject_twice(keys, "named twice in one batch")
+        else:
             keys = list(dict.fromkeys(keys))
         if self.consistency is ConsistencyMode.UNCHECKED:
             olds = [b""] * len(keys)
@@ -585,9 +587,7 @@ class StateTable:
         current = self._current_many(keys)
         found = [c for c in current if c is not None]
         mask = pa.array([c is not None for c in current], type=pa.bool_())
-        if all(isinstance(c, bytes) for c in found):
-            return self.rows.decode_batch(found), mask  # type: ignore[arg-type]
-        return self._rows_batch([self._as_row(c) for c in found]), mask
+        return self._values_batch(found), mask
 
     def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
         """Whether a row is stored under each primary key of ``pks`` (key
@@ -596,7 +596,6 @@ class StateTable:
         return [c is not None for c in self._current_many(self.keys.encode_batch(pks))]
 
     def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, Row | bytes | None]]:
-        self._reject_twice(keys, "named twice in one batch")
         return zip(keys, self._current_many(keys), strict=True)
 
     def _reject_twice(self, keys: Sequence[bytes], what: str) -> None:
