@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from encoding import EncodingError
 
-__all__ = ["ROW_KIND", "RowKind", "kinds_in", "row_kinds"]
+__all__ = ["ROW_KIND", "RowKind", "kind_symbols", "kinds_in", "row_kinds"]
 
 #: The name of the row-kind column in operator inputs and outputs. An input
 #: without it is append-only: every row is an insert.
@@ -35,7 +35,7 @@ class RowKind(enum.Enum):
         return not self.is_accumulate
 
     @classmethod
-    def parse(cls, symbol: str) -> RowKind:
+    def parse(cls, symbol: str | None) -> RowKind:
         """The kind of a symbol (``+I``, ``-U``, ``+U``, ``-D``)."""
         try:
             return _BY_SYMBOL[symbol]
@@ -48,7 +48,8 @@ class RowKind(enum.Enum):
         return self.value
 
 
-_BY_SYMBOL = {k.value: k for k in RowKind}
+#: A null symbol (``None``) is not a key: it is unknown like any other.
+_BY_SYMBOL: dict[str | None, RowKind] = {k.value: k for k in RowKind}
 
 
 def row_kinds(batch: pa.RecordBatch | pa.Table) -> list[RowKind]:
@@ -69,10 +70,17 @@ def row_kinds(batch: pa.RecordBatch | pa.Table) -> list[RowKind]:
         ) from None
 
 
+def kind_symbols(batch: pa.RecordBatch | pa.Table) -> set[str | None]:
+    """The distinct symbols of ``batch``'s row-kind column, unchecked (a null
+    is ``None``), without making a Python object per row; ``{'+I'}`` when it
+    has no such column but has rows."""
+    index = batch.schema.get_field_index(ROW_KIND)
+    if index < 0:
+        return {RowKind.INSERT.value} if batch.num_rows else set()
+    return set(pc.unique(batch.column(index)).to_pylist())
+
+
 def kinds_in(batch: pa.RecordBatch | pa.Table) -> set[RowKind]:
     """The row kinds that occur in ``batch`` (without making a Python object
     per row); an unknown symbol or a null raises ``EncodingError``."""
-    index = batch.schema.get_field_index(ROW_KIND)
-    if index < 0:
-        return {RowKind.INSERT} if batch.num_rows else set()
-    return {RowKind.parse(s) for s in pc.unique(batch.column(index)).to_pylist()}
+    return {RowKind.parse(s) for s in kind_symbols(batch)}

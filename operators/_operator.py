@@ -82,7 +82,9 @@ class OperatorContext(abc.ABC):
     ) -> None:
         """Output many rows at once, all of one row kind: one array per column
         of the operator's output schema, in its order. The same as calling
-        :meth:`emit` for each row, without making Python objects of them."""
+        :meth:`emit` for each row, which is what this default does (making a
+        Python object of every value); the context the test harness and the
+        Spark runner give an operator keeps the columns in Arrow instead."""
         lists = [c.to_pylist() for c in columns]
         for row in zip(*lists, strict=True):
             self.emit(row, kind)

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["RelstateQuery", "Watermark", "run_operator"]
 
 _SIDE = "__side"
-#: The most rows of one side that a task joins into one batch for its operator.
+#: A task joins consecutive runs of one side into one batch for its operator
+#: and cuts the batch once it reaches this many rows (the run that reaches it
+#: may take it past).
 _CHUNK_ROWS = 65_536
 _META = "__meta"
 _SEQ = "__seq"
@@ -133,11 +135,15 @@ def _side_batches(
 
 def _untagged(side: int, parts: list[pa.RecordBatch], names: list[str]) -> pa.RecordBatch:
     """One batch of a side's rows, its columns under the side's own names."""
-    table = pa.Table.from_batches(parts).combine_chunks() if len(parts) > 1 else parts[0]
-    arrays = [table.column(_tagged(side, n)) for n in names]
-    return pa.RecordBatch.from_arrays(
-        [a.chunk(0) if isinstance(a, pa.ChunkedArray) else a for a in arrays], names=names
+    table = (
+        pa.Table.from_batches(parts)
+        .select([_tagged(side, n) for n in names])
+        .rename_columns(names)
+        .combine_chunks()
     )
+    if not table.num_rows:
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+    return table.to_batches()[0]
 
 
 def _in_sequence(sequence: str) -> list[Column]:
@@ -306,12 +312,13 @@ def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
     own, and ``foreachBatch`` calls run one at a time, so nothing else sees
     the change."""
     key = "spark.sql.adaptive.enabled"
-    before = session.conf.get(key, "true")
+    # Unset, Spark gives its default, "true"; the "or" is for the Optional type.
+    before = session.conf.get(key) or "true"
     session.conf.set(key, "false")
     try:
         yield
     finally:
-        session.conf.set(key, before or "true")
+        session.conf.set(key, before)
 
 
 def _committed(result: DataFrame, batch_id: int, partitions: int) -> list[dict[str, Any]]:

@@ -10,11 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import structlog
 
 from encoding import PartitionLocal, TableSchema
-from operators._changelog import ROW_KIND, RowKind
+from operators._changelog import ROW_KIND, RowKind, kind_symbols
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
 from statestore import StateTable
@@ -78,15 +77,12 @@ def check_input(operator: Operator, side: int, batch: pa.RecordBatch) -> None:
                 f"column {fld.name!r} of input {side} of operator {operator.name!r} "
                 "holds nulls but is declared not nullable"
             )
-    kinds = batch.schema.get_field_index(ROW_KIND)
-    if kinds >= 0:
-        symbols = set(pc.unique(batch.column(kinds)).to_pylist())
-        unknown = symbols - {k.value for k in RowKind}
-        if unknown:
-            raise InputError(
-                f"input {side} of operator {operator.name!r}: unknown row kind(s) "
-                f"{sorted(map(repr, unknown))}; a changelog row is '+I', '-U', '+U' or '-D'"
-            )
+    unknown = kind_symbols(batch) - {k.value for k in RowKind}
+    if unknown:
+        raise InputError(
+            f"input {side} of operator {operator.name!r}: unknown row kind(s) "
+            f"{sorted(map(repr, unknown))}; a changelog row is '+I', '-U', '+U' or '-D'"
+        )
 
 
 class BatchRun(OperatorContext):
@@ -160,7 +156,7 @@ class BatchRun(OperatorContext):
             # Rows emitted one at a time before these come out before them.
             self._batches.append(self._row_batch())
         arrays = [_cast_to(c, f) for c, f in zip(columns, output, strict=True)]
-        arrays.append(pa.array([kind.value] * n, type=pa.string()))
+        arrays.append(pa.repeat(pa.scalar(kind.value, pa.string()), n))
         self._batches.append(
             pa.RecordBatch.from_arrays(arrays, schema=output_schema(self.operator))
         )
@@ -244,9 +240,17 @@ class BatchRun(OperatorContext):
     def drain(self) -> pa.RecordBatch:
         """The rows emitted since the last drain, as one Arrow batch of the
         output schema plus the row-kind column."""
-        batches = [*self._batches, self._row_batch()]
-        self._batches = []
-        out = batches[0] if len(batches) == 1 else _concat(batches)
+        # emit_batch moves rows emitted before it into _batches, so the rows
+        # still pending come after every batch.
+        batches, self._batches = self._batches, []
+        if self._rows:
+            batches.append(self._row_batch())
+        if not batches:
+            out = self._row_batch()
+        elif len(batches) == 1:
+            out = batches[0]
+        else:
+            out = _concat(batches)
         # Counted here, not in finish: the harness drains after every call.
         self.metrics["numOutputRows"] = self.metrics.get("numOutputRows", 0) + out.num_rows
         return out

@@ -20,6 +20,7 @@ from operators._bench.append_join_workload import (
     write_files,
 )
 from operators._bench.versus import Comparison, SuiteResult, ceiling, runs
+from operators.join._metrics import EVICTION_TIME
 
 __all__ = ["run"]
 
@@ -89,7 +90,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
             "would not be of the same work"
         )
     batch_ms = [
-        f"{h['metrics'].get('allUpdatesTimeMs', 0)}+{h['metrics'].get('evictionTimeMs', 0)}"
+        f"{h['metrics'].get('allUpdatesTimeMs', 0)}+{h['metrics'].get(EVICTION_TIME, 0)}"
         f"+{h['metrics'].get('commitTimeMs', 0)}"
         for h in history
     ]

@@ -33,6 +33,7 @@ from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_sta
 from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
 from operators.join._metrics import (
     EVICTED,
+    EVICTION_TIME,
     LATE,
     MATCHED,
     PADDED,
@@ -290,7 +291,8 @@ class AppendJoin(Operator):
         state = self.sides[side]
         first = self._next_seq.get(id(ctx), ctx.batch_id << 32)
         self._next_seq[id(ctx)] = first + n
-        stamps = pa.array(self.time.bucket(times), type=pa.int64())
+        buckets = self.time.bucket(times)
+        stamps = pa.array(buckets, type=pa.int64())
         seqs = pa.array(np.arange(first, first + n, dtype=np.int64))
         inputs = [batch.column(f.name) for f in self.inputs[side]]
         rows = pa.RecordBatch.from_arrays(
@@ -301,7 +303,7 @@ class AppendJoin(Operator):
         index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
         ctx.table(state.rows.name).insert_batch(rows)
         ctx.table(state.index.name).insert_batch(index)
-        lowest = int(np.min(self.time.bucket(times)))
+        lowest = int(np.min(buckets))
         floor = self._floor(ctx, side)
         if floor is None or lowest < floor:
             ctx.table(FLOORS.name).upsert((side, lowest))
@@ -316,7 +318,7 @@ class AppendJoin(Operator):
             if ctx.watermark is not None:
                 self._evict(ctx, side, self.time.state_watermark(side, ctx.watermark))
         # The runner's allRemovalsTimeMs covers timers and on_watermark only.
-        ctx.count("evictionTimeMs", (time.perf_counter_ns() - started) // 1_000_000)
+        ctx.count(EVICTION_TIME, (time.perf_counter_ns() - started) // 1_000_000)
         for side in (0, 1):
             rows = ctx.table(self.sides[side].rows.name)
             ctx.count(side_metric(SIDE_NAMES[side], TOTAL), rows.row_count)

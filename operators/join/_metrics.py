@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "EVICTED",
+    "EVICTION_TIME",
     "EXPIRED",
     "LATE",
     "MATCHED",
@@ -37,6 +38,9 @@ UNKNOWN_RETRACTIONS = "numRetractionsOfUnknownRows"
 MATCHED = "numMatchedRows"
 #: Null-padded rows emitted at eviction (append mode; the join as a whole).
 PADDED = "numNullPaddedRows"
+#: Milliseconds spent evicting (append mode; the join as a whole), which the
+#: runner's ``allRemovalsTimeMs`` does not see.
+EVICTION_TIME = "evictionTimeMs"
 
 
 def side_metric(side: str, metric: str) -> str:
