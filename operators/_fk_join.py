@@ -62,9 +62,11 @@ class FkJoin:
     changelog keyed by them. ``sequence_column`` (int64, in both inputs)
     orders each table's changes; either table's schema may hold it as one of
     its columns (a changelog's own sequence number), but not as a key or the
-    FK: it is then part of the row the joiner sees, but not of the row's
-    identity (its hash), since a before-image carries the number of the
-    change that retracts it.
+    FK: it is then part of the row the joiner sees. A left row's identity
+    (its hash) leaves it out, since a before-image carries the number of the
+    change that retracts it. A right row is compared whole, so a right change
+    that only brings a new sequence number still counts as a change and
+    answers K's subscribers again.
     """
 
     def __init__(
@@ -132,8 +134,13 @@ class FkJoin:
         self.name = name
         self.sequence_column = sequence_column
         self.fk_type = fk_type
-        #: The left columns that make a row's identity: all but the sequence column.
-        self._identity = [i for i, n in enumerate(left.names) if n != sequence_column]
+        #: The left columns that make a row's identity: all but the sequence
+        #: column; ``None`` when the left table does not hold it (the whole row).
+        self._identity = (
+            [i for i, n in enumerate(left.names) if n != sequence_column]
+            if sequence_column in left.names
+            else None
+        )
 
     def with_sequence(self, schema: pa.Schema) -> pa.Schema:
         """``schema`` with the sequence column as a non-null int64: in its place
@@ -147,6 +154,8 @@ class FkJoin:
         """The hash of a left row (in ``left``'s order) without its sequence
         column, if it has one: a ``-U``/``-D`` carries the number of the change
         that retracts the row, not the one that added it."""
+        if self._identity is None:
+            return left_row_hash(row)
         return left_row_hash([row[i] for i in self._identity])
 
     # -- preparing left rows -----------------------------------------------------------

@@ -142,6 +142,18 @@ class SubscriptionStage(Operator):
 
 
 @dataclass
+class _Answer:
+    """The responses ``ResultStage`` got for one version (hash) of K's left row."""
+
+    #: The newest response's ``(seq, order)``.
+    made: tuple[int, int]
+    #: The newest response's right row (``None``: no right row).
+    right: tuple[Any, ...] | None
+    #: How many responses came.
+    count: int = 1
+
+
+@dataclass
 class _Pending:
     """One partition's batch in progress in :class:`ResultStage`."""
 
@@ -149,12 +161,8 @@ class _Pending:
     touched: dict[tuple[Any, ...], None] = field(default_factory=dict)
     #: For each K the left input touched: whether K had an output row before.
     prior: dict[tuple[Any, ...], bool] = field(default_factory=dict)
-    #: For each K: per left-row hash, the newest response ((seq, order), right row).
-    responses: dict[
-        tuple[Any, ...], dict[bytes, tuple[tuple[int, int], tuple[Any, ...] | None]]
-    ] = field(default_factory=dict)
-    #: For each K: per left-row hash, how many responses came.
-    counts: dict[tuple[Any, ...], dict[bytes, int]] = field(default_factory=dict)
+    #: For each K: per left-row hash, the responses that came for it.
+    responses: dict[tuple[Any, ...], dict[bytes, _Answer]] = field(default_factory=dict)
 
 
 class ResultStage(Operator):
@@ -213,12 +221,16 @@ class ResultStage(Operator):
             key, digest, right, made = row[:n], row[n], row[n + 1 : -2], (row[-2], row[-1])
             pending.touched[key] = None
             answers = pending.responses.setdefault(key, {})
-            counts = pending.counts.setdefault(key, {})
-            counts[digest] = counts.get(digest, 0) + 1
+            answer = answers.get(digest)
+            joined = right if right[self._right_key] is not None else None
+            if answer is None:
+                answers[digest] = _Answer(made, joined)
+                return
+            answer.count += 1
             # Responses for one row (one hash, so one FK) all come from one
             # subscription partition, which made them in sequence order.
-            if digest not in answers or answers[digest][0] < made:
-                answers[digest] = (made, right if right[self._right_key] is not None else None)
+            if answer.made < made:
+                answer.made, answer.right = made, joined
             return
         key = tuple(row[i] for i in self._keys)
         table = ctx.table("left")
@@ -253,17 +265,15 @@ class ResultStage(Operator):
         table = ctx.table("left")
         row = table.get_row(key)
         answers = pending.responses.get(key, {})
-        counts = pending.counts.get(key, {})
+        stale = sum(a.count for a in answers.values())
         prior = pending.prior[key] if key in pending.prior else bool(row and row[-1])
         result = None
         if row is None or row[self._width] is None:
-            stale = sum(counts.values())
             if row is not None and self.join.how == "left":
                 result = self.join.joiner(row[: self._width], None)
         else:
             digest = row[self._width + 1]
             match = answers.get(digest)
-            stale = sum(counts.values()) - counts.get(digest, 0)
             if match is None:
                 if key in pending.prior:
                     raise RunnerError(
@@ -273,8 +283,9 @@ class ResultStage(Operator):
                     )
                 ctx.count("numResultsDroppedAsStale", stale)
                 return
-            if match[1] is not None or self.join.how == "left":
-                result = self.join.joiner(row[: self._width], match[1])
+            stale -= match.count
+            if match.right is not None or self.join.how == "left":
+                result = self.join.joiner(row[: self._width], match.right)
         if stale:
             ctx.count("numResultsDroppedAsStale", stale)
         if result is not None:

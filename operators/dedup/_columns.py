@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import TableSchema
-from operators._changelog import ROW_KIND, RowKind
+from operators._changelog import RowKind, kinds_in
 from operators.errors import InputError
 from statestore import StateTable
 
@@ -89,15 +89,14 @@ def check_watermark(
 
 def reject_changelog(batch: pa.RecordBatch, operator: str, why: str) -> None:
     """Raise :class:`InputError` if ``batch`` carries a row kind other than
-    ``+I``; called before the batch touches state."""
-    index = batch.schema.get_field_index(ROW_KIND)
-    if index < 0:
-        return
-    kinds = set(pc.unique(batch.column(index)).to_pylist())
-    if kinds - {RowKind.INSERT.value}:
+    ``+I``; called before the batch touches state. An unknown row kind or a
+    null raises ``EncodingError`` (see :func:`kinds_in`)."""
+    kinds = kinds_in(batch)
+    if kinds - {RowKind.INSERT}:
         raise InputError(
             f"operator {operator!r} {why}, so it takes an insert-only input (row kind "
-            f"'+I'); this batch has row kinds {sorted(kinds)}. Deduplicate a changelog "
+            f"'+I'); this batch has row kinds {sorted(k.value for k in kinds)}. "
+            "Deduplicate a changelog "
             "with keep='last' on processing time and changelog=True"
         )
 
@@ -163,6 +162,11 @@ class ExpiryIndex:
             self.index.delete((old, *key))
         if new is not None:
             self.index.insert((new, *key))
+
+    def add_batch(self, keys: pa.Table, expires: pa.Array) -> None:
+        """Enter the keys ``keys`` (the table's key columns, under their names),
+        not yet in the index, to expire at ``expires`` (one time a key)."""
+        self.index.insert_batch(keys.add_column(0, "expires_at", expires))
 
     def expire(self, until: int, table: StateTable) -> int:
         """Delete from ``table`` every key whose time is ``<= until``, and their

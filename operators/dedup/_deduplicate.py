@@ -298,10 +298,13 @@ class Deduplicate(Operator):
                 if kind.is_retract and not present:
                     unknown += 1
                 present = kind.is_accumulate
-        elif arrived.times is not None and self._time_index is not None:
+        elif self._time_index is not None:
+            # order_by gives both the row times and their index.
+            times = arrived.times
+            assert times is not None
             best = None if visible is None else visible[self._time_index]
             for i in every:
-                t = arrived.times[i]
+                t = times[i]
                 if best is None or keeps_on_rowtime(best, t, self.keep_last):
                     best = t
                 else:

@@ -222,7 +222,7 @@ class DropDuplicatesWithinWatermark(_FirstRowPerKey):
         assert times is not None
         expires = pa.array(times + self.delay_us)
         ctx.table("seen").insert_batch(keys.append_column("expires_at", expires))
-        ctx.table("expiry").insert_batch(keys.add_column(0, "expires_at", expires))
+        ExpiryIndex(ctx.table("expiry")).add_batch(keys, expires)
 
     def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:
         """The query's watermark must be on ``event_time``, with ``delay_ms``."""

@@ -77,10 +77,10 @@ def _arrival_order(tie_break: random.Random | None) -> list[str]:
     """The order one partition gets a row of each side with one number,
     and a row with the next number."""
     stage = Stage(_Arrivals(), (Source(0, ("k",)), Source(1, ("k",))))
-    harness = StageHarness([stage], 2, 1, "seq", tie_break=tie_break)
     left = pa.table({"k": [1, 1], "v": ["left", "left-later"], "seq": [5, 6]})
     right = pa.table({"k": [1], "v": ["right"], "seq": [5]})
-    return harness.run_batch([left, right]).column("v").to_pylist()
+    with StageHarness([stage], 2, 1, "seq", tie_break=tie_break) as harness:
+        return harness.run_batch([left, right]).column("v").to_pylist()
 
 
 class TestStageHarness:
