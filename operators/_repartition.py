@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 
 from encoding import PartitionLocal
 from operators._sinks import write_atomically
-from operators._spark_hash import spark_partition, supported
+from operators._spark_hash import spark_hash, supported
 from operators._state_location import RUNNER, StateLocation, table_schema
 from operators._state_read import scan_chunks
 from operators._task import TIMERS
@@ -339,8 +339,9 @@ def _move_operator(
 def _check_local(
     meta: TableMeta, placement: PartitionLocal, partition: int, rows: list[Row]
 ) -> None:
-    """Refuse partition-local rows that have no rule to move them."""
-    if placement.least is not None or not rows:
+    """Refuse partition-local rows that have no rule to move them (``rows``
+    is a chunk of :func:`scan_chunks`, never empty)."""
+    if placement.least is not None:
         return
     hint = (
         " Let the timers fire (advance the watermark) before repartitioning"
@@ -362,15 +363,16 @@ def _placed(
     types = [meta.columns.field(i).type for i in placement]
     for row in rows:
         key = [row[i] for i in placement]
-        if spark_partition(key, types, old) != partition:
+        h = spark_hash(key, types)  # spark_partition(key, types, n) is h % n
+        if h % old != partition:
             names = [meta.columns.field(i).name for i in placement]
             raise InputError(
                 f"a row of table {meta.name!r} with key {key} (columns {names}) is in "
-                f"partition {partition}, but the runner puts that key in partition "
-                f"{spark_partition(key, types, old)}: the table is not partitioned by "
-                "the columns it declares, so it cannot be repartitioned"
+                f"partition {partition}, but the runner puts that key in partition {h % old}: "
+                "the table is not partitioned by the columns it declares, so it cannot be "
+                "repartitioned"
             )
-        yield spark_partition(key, types, new), row
+        yield h % new, row
 
 
 def _keep_least(
@@ -378,8 +380,7 @@ def _keep_least(
 ) -> None:
     """Fold a partition's own rows into ``kept``: per primary key, the row
     with the least value of the table's ``least`` column."""
-    if rule.least is None:
-        return
+    assert rule.least is not None  # _check_local refused the rows otherwise
     at = meta.columns.get_field_index(rule.least)
     keys = [meta.columns.get_field_index(n) for n, _, _ in meta.key_columns]
     for row in rows:

@@ -197,6 +197,19 @@ class StateLocation:
         batches = self.recorded_batches()
         return batches[-1] if batches else None
 
+    def check_committed(self, batch_id: int) -> None:
+        """Refuse ``batch_id`` when it is after the runner's latest record: no
+        partition's state of it counts."""
+        self._check_committed(batch_id, self.recorded_batches())
+
+    def _check_committed(self, batch_id: int, recorded: list[int]) -> None:
+        if recorded and batch_id > recorded[-1]:
+            raise InputError(
+                f"batch {batch_id} is not committed: the runner recorded batches up to "
+                f"{recorded[-1]} at {self.path}; a later attempt may still be running or "
+                "may have failed"
+            )
+
     def commit(self, operator: str, partition: int, batch_id: int | None) -> Manifest | None:
         """The manifest of ``partition``'s state after ``batch_id`` (default:
         the latest committed batch), following the runner's record of the
@@ -211,12 +224,8 @@ class StateLocation:
                 if not versions:
                     return None
                 batch_id = versions[-1]
-        elif recorded and batch_id > recorded[-1]:
-            raise InputError(
-                f"batch {batch_id} is not committed: the runner recorded batches up to "
-                f"{recorded[-1]} at {self.path}; a later attempt may still be running or "
-                "may have failed"
-            )
+        else:
+            self._check_committed(batch_id, recorded)
         record = self.record(batch_id) if recorded else None
         commit_id = None if record is None else record.winners_of(operator).get(partition)
         if record is not None and commit_id is None:

@@ -190,7 +190,9 @@ def read_changes(
     if end is None:
         end = kept[-1] if kept else start
     if start > end:
-        raise InputError(f"the change feed needs startBatchId <= endBatchId; got {start}..{end}")
+        raise InputError(
+            f"the change feed needs changeStartBatchId <= changeEndBatchId; got {start}..{end}"
+        )
     if not kept:
         return schema.empty_table()
     earlier = [v for v in kept if v < start]
@@ -211,7 +213,7 @@ def read_changes(
             after = location.commit(operator, partition, version)
             if after is None:
                 continue
-            out.extend(_batch_changes(location, store, meta, partition, before, after))
+            out.extend(_batch_changes(store, meta, partition, before, after))
             before = after
     return _table(out, schema)
 
@@ -246,7 +248,6 @@ def _check_beginning(
 
 
 def _batch_changes(
-    location: StateLocation,
     store: StateStore,
     meta: TableMeta,
     partition: int,
@@ -263,14 +264,15 @@ def _batch_changes(
     table = store.table(meta.name)
     prefix = table.keys.prefix
     touched: set[tuple[Any, ...]] = set()
-    checkpoint = location.checkpoint(after.operator_id, after.partition_id)
-    for log in read_changelogs(checkpoint.fs, own, after.version, threads=4):
+    for log in read_changelogs(store.checkpoint.fs, own, after.version, store.config.io_threads):
         for lower, upper in log.range_deletes:
             for key, _ in table.backend.items(max(lower, prefix), upper, False):
                 if not key.startswith(prefix):
                     break
                 touched.add(table.keys.decode_prefix(key)[0])
-        touched.update(table.keys.decode_prefix(k)[0] for k, _ in log.ops if k[:4] == prefix)
+        touched.update(
+            table.keys.decode_prefix(key)[0] for key, _ in log.ops if key.startswith(prefix)
+        )
     keys = sorted(touched, key=table.keys.encode)
     old_rows = table.get_rows(keys)
     store.load(after.version, after.commit_id)
@@ -314,7 +316,10 @@ def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
     partition's state, and the table's rows (``None`` for a manifest older
     than that record). A partition whose commit cannot be read (the batch is
     not kept there, a damaged manifest) is one row with its kept versions and
-    why in ``status``; every other row's ``status`` is ``ok``."""
+    why in ``status``; every other row's ``status`` is ``ok``. A batch after
+    the runner's latest record raises, as :func:`read_rows` does."""
+    if batch_id is not None:
+        location.check_committed(batch_id)
     rows: list[tuple[Any, ...]] = []
     for operator in location.operators():
         for partition in location.partitions(operator):

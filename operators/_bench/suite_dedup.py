@@ -147,31 +147,15 @@ def _spark_query(spark: Any, frame: Any, work: Path, conf: dict[str, str]) -> An
             spark.conf.set(k, v)
 
 
-#: Each comparison: the operator kind, its label, the baseline, the goal,
-#: and the names of its readings (relstate's, the baseline's).
+#: Each comparison: the operator kind, its label, the baseline and the goal.
 _COMPARISONS = (
-    (
-        "drop",
-        "dropDuplicates(k, ts) + watermark",
-        "Spark dropDuplicates",
-        3.0,
-        ("dropDuplicates(k, ts) + watermark", "Spark dropDuplicates"),
-    ),
-    (
-        "within",
-        "dropDuplicatesWithinWatermark(k)",
-        "Spark dropDuplicatesWithinWatermark",
-        3.0,
-        ("dropDuplicatesWithinWatermark(k)", "Spark dropDuplicatesWithinWatermark"),
-    ),
-    (
-        "first",
-        "keep-first per key",
-        "transformWithStateInPandas, RocksDB provider",
-        5.0,
-        ("keep-first", "transformWithStateInPandas keep-first"),
-    ),
+    ("drop", "dropDuplicates(k, ts) + watermark", "Spark dropDuplicates", 3.0),
+    ("within", "dropDuplicatesWithinWatermark(k)", "Spark dropDuplicatesWithinWatermark", 3.0),
+    ("first", "keep-first per key", "transformWithStateInPandas, RocksDB provider", 5.0),
 )
+#: The names of a comparison's readings (relstate's, the baseline's) where
+#: they are not its label and baseline.
+_READING_NAMES = {"first": ("keep-first", "transformWithStateInPandas keep-first")}
 
 #: One timed query: seconds from start to end, the query, its output rows.
 _Timed = tuple[float, Any, int]
@@ -304,8 +288,10 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         comparisons = []
         readings = []
         progress("the runner around an operator that does nothing")
-        floor_runs = [sides.relstate(Discard([schema(sides.tz)], schema(sides.tz)))[0]]
-        for kind, label, baseline, goal, (ours_name, theirs_name) in _COMPARISONS:
+        discard = Discard([schema(sides.tz)], schema(sides.tz))
+        floor_runs = [sides.relstate(discard)[0]]
+        for kind, label, baseline, goal in _COMPARISONS:
+            ours_name, theirs_name = _READING_NAMES.get(kind, (label, baseline))
             # Medians of several alternating runs, but for the slow baseline
             # (a single run of it takes over a minute, twenty times relstate's).
             repeats = 1 if quick or kind == "first" else REPEATS
@@ -324,9 +310,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
                 theirs_runs.append(spark_s)
                 if kind == "drop" and not quick:
                     progress("the runner around an operator that does nothing")
-                    floor_runs.append(
-                        sides.relstate(Discard([schema(sides.tz)], schema(sides.tz)))[0]
-                    )
+                    floor_runs.append(sides.relstate(discard)[0])
             comparison = Comparison.of_runs(
                 label, rows, ours_runs, theirs_runs, baseline, goal=goal
             )
@@ -350,9 +334,9 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
     description = (
         f"{rows:,} rows over {keys:,} distinct keys in {n} batches (one Parquet file "
         f"each, `maxFilesPerTrigger=1`), watermark delay {delay_ms / 1000:.0f} s, "
-        f"{_PARTITIONS} partitions on both sides, local[2]. Each side is one streaming "
-        "query with an `availableNow` trigger, timed from start to end, writing its "
-        "output to Parquet; a warm-up query of every kind runs first on each side, and "
+        f"{_PARTITIONS} partitions on both sides, Spark `local[2,3]` (two cores). Each side "
+        "is one streaming query with an `availableNow` trigger, timed from start to end, "
+        "writing its output to Parquet; a warm-up query of every kind runs first on each side, and "
         "each comparison checks that both sides emitted the same number of rows. Against "
         f"Spark's native operators each side runs {REPEATS} times, alternating, and the "
         "table compares the medians. The runner-alone reading runs the same files through "

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from operators._bench.versus import Comparison, SuiteResult
+from operators._bench.versus import Comparison, SuiteResult, runs
 from operators._fk_join import FkJoin, run_fk_join
 from operators.demo import write_batches
 
@@ -247,8 +247,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
             if len(times) == 1:
                 _check_output(spark, root)
             readings.append((f"{what}: initial load through relstate", f"{t.load:.2f} s"))
-            readings.append((f"{what}: relstate per batch", _seconds(t.relstate)))
-            readings.append((f"{what}: baseline per batch", _seconds(t.baseline)))
+            readings.append((f"{what}: relstate per batch", runs(t.relstate)))
+            readings.append((f"{what}: baseline per batch", runs(t.baseline)))
         t = times[point]
         name = (
             f"{n:,} left rows, {changes:,} changes per batch"
@@ -270,7 +270,3 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
 
 def _step(progress: Callable[[str], None], what: str, step: str) -> None:
     progress(f"{what}: {step}")
-
-
-def _seconds(times: list[float]) -> str:
-    return ", ".join(f"{t:.2f} s" for t in times)

@@ -338,3 +338,15 @@ class TestMetadata:
         out = capsys.readouterr().out
         assert "  partition 1 not read: batch 0 of operator" in out
         assert [line.split()[0] for line in out.splitlines() if line.startswith("  0 ")] == ["0"]
+
+    def test_a_batch_the_runner_did_not_record_raises(self, aggregates: Path) -> None:
+        """Metadata at a batch after the runner's latest record raises the
+        error reading rows there raises, rather than one row per partition
+        saying it was not read."""
+        location = StateLocation(str(aggregates))
+        meta = location.table(OPERATOR, "aggregates")
+        message = "batch 99 is not committed: the runner recorded batches up to 2"
+        with pytest.raises(InputError, match=message):
+            read_rows(location, OPERATOR, meta, 0, batch_id=99)
+        with pytest.raises(InputError, match=message):
+            metadata(location, batch_id=99)
