@@ -251,6 +251,35 @@ class TestRowTime:
             h.process_element((1, 1, None))
 
 
+@pytest.mark.parametrize("mini_batch", [False, True])
+class TestNullKeys:
+    """A null key is one key like any other value (Flink's keyed state and
+    Spark's dropDuplicates group nulls together)."""
+
+    def test_keep_first_deduplicates_null_keys(self, backend: str, mini_batch: bool) -> None:
+        """Rows whose key is null are duplicates of the first one, in its
+        batch and after a commit."""
+        with harness(Deduplicate(KV, ["k"], keep="first", mini_batch=mini_batch), backend) as h:
+            assert h.process_rows([(None, 1), (None, 2), (1, 3)]) == [
+                (INS, (None, 1)),
+                (INS, (1, 3)),
+            ]
+            h.commit()
+            assert h.process_rows([(None, 4)]) == []
+            assert list(h.table("rows").scan()) == [(None,), (1,)]
+
+    def test_changelog_retracts_the_null_key(self, backend: str, mini_batch: bool) -> None:
+        """On a changelog a null key is updated and deleted as any key."""
+        op = Deduplicate(KV, ["k"], changelog=True, mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            assert h.process_rows([(None, 1)], [INS]) == [(INS, (None, 1))]
+            h.commit()
+            assert h.process_rows([(None, 2)], [UA]) == [(UA, (None, 2))]
+            h.commit()
+            assert h.process_rows([(None, 2)], [D]) == [(D, (None, 2))]
+            assert list(h.table("rows").scan()) == []
+
+
 class TestStateTtl:
     """State TTL in processing time."""
 
