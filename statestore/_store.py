@@ -31,6 +31,7 @@ import structlog
 from encoding import FORMAT_VERSION as VALUE_FORMAT_VERSION
 from encoding import TableSchema
 from statestore import _changelog
+from statestore._caches import note_origin, sweep_once
 from statestore._checkpoint import PartitionCheckpoint, check_version
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._faults import fault
@@ -92,6 +93,8 @@ class StateStore:
             )
         )
         self._local.lock()
+        if note_origin(self._local.path, self.checkpoint.fs.fs.type_name, self.checkpoint.root):
+            sweep_once(self._local.path.parents[2])  # a new cache: drop orphaned ones
         self._backend: RocksDBBackend | None = None
         self._db_dir: Path | None = None
         self._checksums: ChecksumCache = {}
