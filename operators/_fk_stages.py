@@ -15,6 +15,7 @@ from encoding import TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError, RunnerError
+from operators.join._metrics import UNKNOWN_RETRACTIONS
 
 if TYPE_CHECKING:
     from operators._fk_join import FkJoin
@@ -28,6 +29,9 @@ _SEQ = "__seq"
 _ORDER = "__order"
 _RIGHT = "__right_"
 _EMITTED = "__emitted"
+#: Retractions of a K whose held row is another one (another hash): K is
+#: deleted all the same (docs/operators/fk-join.md, Metrics).
+MISMATCHED_RETRACTIONS = "numRetractionsOfMismatchedRows"
 
 
 class SubscriptionStage(Operator):
@@ -170,7 +174,11 @@ class ResultStage(Operator):
 
     Input 0 is the left changelog (prepared: with FK and hash), which must
     carry before-images: ``-U``/``-D`` retract the row the table holds, ``+I``/
-    ``+U`` add one where none is. Input 1 is the responses. At the end of the
+    ``+U`` add one where none is. As in Kafka's keyed left table, a
+    retraction deletes K whatever row K holds (one whose before-image is
+    another row counts in ``numRetractionsOfMismatchedRows``), and one for a
+    K the table does not hold does nothing but count in
+    ``numRetractionsOfUnknownRows``. Input 1 is the responses. At the end of the
     batch each touched K is resolved against its left row as it then stands:
     only a response with that row's hash counts (the newest: by sequence, then
     by the order the subscription stage made them). The responses with
@@ -235,17 +243,19 @@ class ResultStage(Operator):
         key = tuple(row[i] for i in self._keys)
         table = ctx.table("left")
         stored = table.get_row(key)
-        pending.touched[key] = None
         if kind.is_retract:
-            if stored is None or stored[self._width + 1] != row[self._width + 1]:
-                raise InputError(
-                    f"operator {self.name!r}: a {kind} row for left key {key!r} does not "
-                    f"match the row the table holds ({'none' if stored is None else 'another'});"
-                    " the fk join needs a consistent changelog with before-images"
-                )
+            # Kafka's left table is keyed by K: a tombstone deletes K, whatever
+            # the row it held, and one for a K it does not hold does nothing.
+            if stored is None:
+                ctx.count(UNKNOWN_RETRACTIONS)
+                return
+            if stored[self._width + 1] != row[self._width + 1]:
+                ctx.count(MISMATCHED_RETRACTIONS)
+            pending.touched[key] = None
             pending.prior.setdefault(key, stored[-1])
             table.delete(stored)
         else:
+            pending.touched[key] = None
             if stored is not None:
                 raise InputError(
                     f"operator {self.name!r}: a {kind} row for left key {key!r}, which the "

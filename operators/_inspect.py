@@ -4,19 +4,24 @@ terminal, without Spark (the same reading as the ``relstate-state`` and
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from operators._state_location import StateLocation
 from operators._state_read import READ, metadata, read_rows
+from operators.errors import InputError
 
 __all__ = ["describe", "rows"]
 
 
-def _grid(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
-    cells = [[str(h) for h in header], *[["" if v is None else str(v) for v in r] for r in body]]
+def _grid(header: Sequence[str], body: Sequence[Sequence[Any]], null: str = "") -> list[str]:
+    """Left-aligned columns under a header; ``None`` prints as ``null``
+    (metadata leaves it empty; rows say ``null``, not an empty string)."""
+    cells = [[str(h) for h in header], *[[null if v is None else str(v) for v in r] for r in body]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -34,6 +39,29 @@ def _size(n: int) -> str:
     return f"{size:.1f} {unit}"
 
 
+def _state_operators(location: StateLocation) -> list[str]:
+    """The operators with partitions at ``location``; :class:`InputError`
+    when it holds no relstate state at all (no partitions, no runner
+    records): its directories are not operators, whatever their names."""
+    found = [name for name in location.operators() if location.partitions(name)]
+    if found or location.query() is not None or location.recorded_batches():
+        return found
+    others = location.operators()
+    nested = [
+        d
+        for d in others
+        if location.fs.get_file_info(posixpath.join(location.root, d, "state")).type
+        == pafs.FileType.Directory
+    ]
+    hint = f" (its directory {nested[0]!r} is one: give that)" if nested else ""
+    held = f"only directories {others}" if others else "nothing"
+    raise InputError(
+        f"there is no relstate state at {location.path}: it holds {held} (no operator "
+        f"partitions, no runner records). Give a query's checkpoint directory (the "
+        f"checkpoint= of run_operator) or its state location{hint}"
+    )
+
+
 def describe(
     location: StateLocation, batch_id: int | None = None, operator: str | None = None
 ) -> str:
@@ -41,6 +69,7 @@ def describe(
     (``operator``'s alone, when given), and per partition the commit read,
     the kept versions, the changelog chain, size and rows; a partition whose
     commit cannot be read is named with the reason, after the others."""
+    operators = _state_operators(location)
     out = [f"state at {location.path}"]
     query = location.query()
     batches = location.recorded_batches()
@@ -57,7 +86,7 @@ def describe(
             f"watermark {watermark})"
         )
     meta = metadata(location, batch_id).to_pylist()
-    shown = location.operators() if operator is None else [location.operator(operator)]
+    shown = operators if operator is None else [location.operator(operator)]
     for name in shown:
         mine = [m for m in meta if m["operator"] == name and m["status"] == READ]
         out.append("")
@@ -102,7 +131,9 @@ def rows(
     limit: int,
     partition: int | None = None,
 ) -> str:
-    """Up to ``limit`` rows of a table at a batch, partition by partition."""
+    """Up to ``limit`` rows of a table at a batch, partition by partition;
+    a null prints as ``null``."""
+    _state_operators(location)
     name = location.operator(operator)
     meta = location.table(name, table, batch_id)
     found: list[pa.Table] = []
@@ -117,4 +148,4 @@ def rows(
     body = [tuple(r.values()) for t in found for r in t.to_pylist()]
     batch = "latest committed batch" if batch_id is None else f"batch {batch_id}"
     head = f"operator {name}, table {meta.name}, {batch}: {len(body)} row(s) shown"
-    return "\n".join([head, *_grid(meta.columns.names, body)]) + "\n"
+    return "\n".join([head, *_grid(meta.columns.names, body, null="null")]) + "\n"

@@ -107,7 +107,10 @@ def _parser() -> argparse.ArgumentParser:
         "--crash-after",
         type=int,
         metavar="N",
-        help="kill the pipeline (SIGKILL) during batch N, after its output is written",
+        help=(
+            "kill the pipeline (SIGKILL) during batch N (numbered from 0, as the tables "
+            "number them), after its output is written and before it is recorded"
+        ),
     )
     demo.add_argument(
         "--resume", action="store_true", help="finish a killed run from its checkpoint"
@@ -222,20 +225,20 @@ def _repartition(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from operators.demo import DemoConfig, run_demo
-    from operators.errors import RunnerError
+    from operators.errors import InputError, RunnerError
 
-    config = DemoConfig(
-        directory=args.dir,
-        batches=args.batches,
-        orders_per_batch=args.orders,
-        partitions=args.partitions,
-        crash_after=args.crash_after,
-        resume=args.resume,
-        state_location=args.state_location,
-    )
     try:
+        config = DemoConfig(
+            directory=args.dir,
+            batches=args.batches,
+            orders_per_batch=args.orders,
+            partitions=args.partitions,
+            crash_after=args.crash_after,
+            resume=args.resume,
+            state_location=args.state_location,
+        )
         return 0 if run_demo(config) else 1
-    except RunnerError as exc:
+    except (InputError, RunnerError) as exc:
         print(f"relstate demo: {exc}", file=sys.stderr)
         return 2
 

@@ -8,9 +8,11 @@ changelog through the idempotent Parquet sink. At the end the demo checks the
 output against the same operator run record at a time in memory, with no Spark
 and no failures, batch by batch.
 
-``--crash-after N`` kills the whole pipeline (SIGKILL, no clean-up) during batch
-N, after its output was written and before it was recorded: the worst moment.
-``--resume`` then finishes the run from the checkpoint.
+Batches are numbered from 0, as the runner's records, the sink's ``batch``
+column and ``relstate inspect`` number them. ``--crash-after N`` kills the
+whole pipeline (SIGKILL, no clean-up) during batch N, after its output was
+written and before it was recorded: the worst moment. ``--resume`` then
+finishes the run from the checkpoint, batch N first.
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ from operators._changelog import RowKind
 from operators._runner import RelstateQuery, run_operator
 from operators._sinks import ParquetSink
 from operators._spark import local_spark
-from operators.errors import RunnerError
+from operators.errors import InputError, RunnerError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
 from statestore._filesystems import redact
 
-__all__ = ["DemoConfig", "check_java", "run_demo", "write_batches"]
+__all__ = ["DemoConfig", "check_java", "revenue_table", "run_demo", "write_batches"]
 
 ORDERS = pa.schema(
     [
@@ -65,6 +67,49 @@ class DemoConfig:
     resume: bool = False
     #: Where relstate keeps its state (any pyarrow.fs location); default: the checkpoint.
     state_location: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse settings the run cannot honour, before Spark starts."""
+        for flag, value in (
+            ("--batches", self.batches),
+            ("--orders", self.orders_per_batch),
+            ("--partitions", self.partitions),
+        ):
+            if value < 1:
+                raise InputError(f"{flag} must be at least 1, got {value}")
+        if self.customers < 1:
+            raise InputError(f"the demo needs at least 1 customer, got {self.customers}")
+        if self.crash_after is None:
+            return
+        if self.resume:
+            raise InputError(
+                "--crash-after kills a fresh run; --resume finishes one: give one of them"
+            )
+        if not 0 <= self.crash_after < self.batches:
+            raise InputError(
+                f"--crash-after {self.crash_after}: this run has batches 0..{self.batches - 1} "
+                "(numbered from 0, as the tables number them); give one of them"
+            )
+
+    @property
+    def checkpoint(self) -> Path:
+        """The query's checkpoint directory, inside the demo directory."""
+        return self.directory.resolve() / "checkpoint"
+
+    def resume_command(self) -> str:
+        """The command that finishes this run from its checkpoint."""
+        command = ["relstate demo --resume"]
+        if self.directory != DemoConfig.directory:
+            command.append(f"--dir {self.directory}")
+        if self.batches != DemoConfig.batches:
+            command.append(f"--batches {self.batches}")
+        if self.orders_per_batch != DemoConfig.orders_per_batch:
+            command.append(f"--orders {self.orders_per_batch}")
+        if self.partitions != DemoConfig.partitions:
+            command.append(f"--partitions {self.partitions}")
+        if self.state_location is not None:
+            command.append(f"--state-location {redact(self.state_location)}")
+        return " ".join(command)
 
 
 def check_java() -> str:
@@ -160,25 +205,36 @@ def reference(batches: list[pa.Table]) -> list[Counter[tuple[Any, ...]]]:
 
 
 class _Progress:
-    """A one-line progress bar per batch, and the sink behind it."""
+    """The sink, then a one-line progress bar per batch, batches numbered
+    from 0 as the tables number them; kills the process during batch
+    ``crash_after``, once its output is written, saying how to resume."""
 
-    def __init__(self, sink: ParquetSink, total: int, crash_after: int | None) -> None:
+    def __init__(self, sink: ParquetSink, total: int, crash_after: int | None, resume: str) -> None:
         self.sink = sink
         self.total = total
         self.crash_after = crash_after
+        self.resume = resume
         self.started = time.perf_counter()
 
     def __call__(self, output: Any, batch_id: int) -> None:
         self.sink(output, batch_id)
+        if batch_id == self.crash_after:
+            print(
+                f"  batch {batch_id}: output written; --crash-after {batch_id} kills the "
+                "pipeline now (SIGKILL), before the batch is recorded",
+                flush=True,
+            )
+            print(f"  {self.resume}", flush=True)
+            os.kill(os.getpid(), 9)
+        print(f"  {self.line(batch_id, time.perf_counter() - self.started)}", flush=True)
+
+    def line(self, batch_id: int, elapsed: float) -> str:
+        """The progress line once batch ``batch_id`` is done."""
         done = batch_id + 1
         width = 30
         filled = int(width * done / self.total)
         bar = "#" * filled + "." * (width - filled)
-        elapsed = time.perf_counter() - self.started
-        print(f"  batch {done}/{self.total} [{bar}] {elapsed:6.1f} s", flush=True)
-        if self.crash_after is not None and done == self.crash_after:
-            print(f"  --crash-after {done}: killing the pipeline now (SIGKILL)", flush=True)
-            os.kill(os.getpid(), 9)
+        return f"batch {batch_id} done ({done} of {self.total}) [{bar}] {elapsed:6.1f} s"
 
 
 def run_demo(config: DemoConfig) -> bool:
@@ -192,17 +248,18 @@ def run_demo(config: DemoConfig) -> bool:
     source, output = root / "source", root / "output"
     batches = generate(config)
     if config.resume:
-        if not (root / "checkpoint").exists():
+        if not config.checkpoint.exists():
             raise RunnerError(f"nothing to resume in {root}: run `relstate demo` first")
-        print(f"relstate demo: resuming from the checkpoint in {root}")
+        print(f"relstate demo: resuming from the checkpoint {config.checkpoint}")
     else:
         shutil.rmtree(root, ignore_errors=True)
         write_batches(source, batches)
         state = config.state_location
         print(
-            f"relstate demo: {config.batches} batches of {config.orders_per_batch:,} order "
-            f"changes for {config.customers} customers, {config.partitions} partitions, "
-            f"state in {redact(state) if state else root / 'checkpoint'}"
+            f"relstate demo: {config.batches} batches (0..{config.batches - 1}) of "
+            f"{config.orders_per_batch:,} order changes for {config.customers} customers, "
+            f"{config.partitions} partitions, state in "
+            f"{redact(state) if state else config.checkpoint}"
         )
     print("  starting Spark (local[2,3]) ...", flush=True)
     spark = local_spark("relstate-demo")
@@ -217,8 +274,13 @@ def run_demo(config: DemoConfig) -> bool:
         RunningAggregate(),
         keys=["key"],
         partitions=config.partitions,
-        checkpoint=str(root / "checkpoint"),
-        sink=_Progress(sink, config.batches, None if config.resume else config.crash_after),
+        checkpoint=str(config.checkpoint),
+        sink=_Progress(
+            sink,
+            config.batches,
+            config.crash_after,
+            f"finish it from the checkpoint {config.checkpoint}: {config.resume_command()}",
+        ),
         sequence_column="seq",
         trigger={"availableNow": True},
         query_name="relstate_demo",
@@ -229,6 +291,19 @@ def run_demo(config: DemoConfig) -> bool:
     ok = _report(spark, sink, batches, query)
     spark.stop()
     return ok
+
+
+def revenue_table(final: dict[str, tuple[int, int]]) -> list[str]:
+    """The top ten customers by revenue: ``final`` maps a customer to its
+    (orders, total in cents); the table shows dollars and says so."""
+    lines = [
+        "Top customers by revenue (from the output changelog; amounts are stored in "
+        "cents, shown in dollars):",
+        f"  {'customer':<16}{'orders':>8}{'revenue ($)':>14}",
+    ]
+    for key, (count, total) in sorted(final.items(), key=lambda kv: (-kv[1][1], kv[0]))[:10]:
+        lines.append(f"  {key:<16}{count:>8}{total / 100:>14,.2f}")
+    return lines
 
 
 def _spark_schema() -> Any:
@@ -254,10 +329,7 @@ def _report(spark: Any, sink: ParquetSink, batches: list[pa.Table], query: Relst
         for (kind, key, count, total), n in batch.items():
             net[(key, count, total)] += n if RowKind(kind).is_accumulate else -n
     final = {key: (count, total) for (key, count, total), n in net.items() if n > 0}
-    print("\nTop customers by revenue (from the output changelog):")
-    print(f"  {'customer':<16}{'orders':>8}{'revenue':>14}")
-    for key, (count, total) in sorted(final.items(), key=lambda kv: -kv[1][1])[:10]:
-        print(f"  {key:<16}{count:>8}{total / 100:>14,.2f}")
+    print("\n" + "\n".join(revenue_table(final)))
     print("\nPer-batch metrics (summed over partitions), this run:")
     header = ("batch", "output rows", "state rows", "updated", "removed", "commit ms", "watermark")
     print("  " + "".join(f"{h:>12}" for h in header))

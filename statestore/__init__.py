@@ -1,6 +1,7 @@
 """Where rows live: KV backends, the MemTable, state tables, and the state
 store that versions and checkpoints them."""
 
+from statestore._caches import remove_orphaned_caches
 from statestore._checkpoint import PartitionCheckpoint
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._memory import MemoryBackend
@@ -18,6 +19,7 @@ from statestore.errors import (
     EpochError,
     IncompatibleStateError,
     InconsistencyError,
+    InvalidVersionError,
     LockHeldError,
     StateStoreError,
     StoreStateError,
@@ -36,6 +38,7 @@ __all__ = [
     "EpochError",
     "IncompatibleStateError",
     "InconsistencyError",
+    "InvalidVersionError",
     "KVBackend",
     "KeyOp",
     "LoadInfo",
@@ -55,4 +58,5 @@ __all__ = [
     "VersionNotFoundError",
     "WinnerConflictError",
     "WriteOp",
+    "remove_orphaned_caches",
 ]

@@ -36,6 +36,7 @@ from statestore.errors import (
     AmbiguousVersionError,
     CheckpointCorruptError,
     IncompatibleStateError,
+    InvalidVersionError,
     VersionNotFoundError,
     WinnerConflictError,
 )
@@ -56,9 +57,13 @@ def _check_ids(operator_id: str, partition_id: int) -> None:
 
 
 def check_version(version: object) -> int:
-    """``version`` as a version number, or ``ValueError``."""
+    """``version`` as a version number, or :class:`InvalidVersionError`."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ValueError(f"a version is a micro-batch id, an integer >= 0; got {version!r}")
+        raise InvalidVersionError(
+            f"version {version!r} is not a version: a version is a micro-batch id, an "
+            "integer >= 0 (None loads the empty state)",
+            version,
+        )
     return version
 
 

@@ -59,11 +59,15 @@ class StoreConfig:
                 f"{self.partition_count!r}"
             )
 
+    @property
+    def local_root(self) -> Path:
+        """The root of the local caches: ``local_dir``, or ``{system temp}/relstate``."""
+        return Path(self.local_dir) if self.local_dir else Path(tempfile.gettempdir()) / "relstate"
+
     def local_path(self, checkpoint_root: str, operator_id: str, partition_id: int) -> Path:
         """The local directory of the store of one partition."""
-        root = Path(self.local_dir) if self.local_dir else Path(tempfile.gettempdir()) / "relstate"
         key = hashlib.blake2b(checkpoint_root.encode(), digest_size=8).hexdigest()
-        return root / key / operator_id / str(partition_id)
+        return self.local_root / key / operator_id / str(partition_id)
 
 
 def _ms(value: float) -> float:

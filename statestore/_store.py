@@ -31,6 +31,7 @@ import structlog
 from encoding import FORMAT_VERSION as VALUE_FORMAT_VERSION
 from encoding import TableSchema
 from statestore import _changelog
+from statestore._caches import note_origin, sweep_once
 from statestore._checkpoint import PartitionCheckpoint, check_version
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._faults import fault
@@ -92,6 +93,8 @@ class StateStore:
             )
         )
         self._local.lock()
+        if note_origin(self._local.path, self.checkpoint.fs.fs.type_name, self.checkpoint.root):
+            sweep_once(self._local.path.parents[2])  # a new cache: drop orphaned ones
         self._backend: RocksDBBackend | None = None
         self._db_dir: Path | None = None
         self._checksums: ChecksumCache = {}
@@ -167,6 +170,9 @@ class StateStore:
     def load(self, version: int | None = None, commit_id: str | None = None) -> LoadInfo:
         """Make the tables hold exactly the state after ``version`` committed
         (``None``: the empty state), dropping any uncommitted writes.
+        A version that cannot be one (negative, not an integer) raises
+        :class:`InvalidVersionError` before anything changes; one never
+        committed (or dropped by retention), :class:`VersionNotFoundError`.
 
         ``commit_id`` names one attempt of the version; without it the recorded
         winner is used, else the only attempt (:class:`AmbiguousVersionError` if
@@ -176,6 +182,8 @@ class StateStore:
         started = time.perf_counter()
         if version is None and commit_id is not None:
             raise ValueError("commit_id names an attempt of a version; pass the version too")
+        if version is not None:
+            version = check_version(version)  # before anything changes
         for t in self._tables.values():
             t.abort()
         if self._spills:
@@ -184,7 +192,7 @@ class StateStore:
         self._loaded = False
         target = None
         if version is not None:
-            target = self.checkpoint.resolve(check_version(version), commit_id)
+            target = self.checkpoint.resolve(version, commit_id)
             self._check_metadata(target)
         moved = Transfers()
         try:

@@ -13,6 +13,7 @@ __all__ = [
     "EpochError",
     "IncompatibleStateError",
     "InconsistencyError",
+    "InvalidVersionError",
     "LockHeldError",
     "StateStoreError",
     "StoreStateError",
@@ -63,6 +64,17 @@ class CheckpointCorruptError(CorruptionError):
     def __init__(self, message: str, path: str, version: int | None) -> None:
         super().__init__(message)
         self.path = path
+        self.version = version
+
+
+class InvalidVersionError(StateStoreError, ValueError):
+    """A version that cannot be one: a version is a micro-batch id, an integer
+    >= 0 (Spark's ``CANNOT_LOAD_STATE_STORE.UNEXPECTED_VERSION``). ``version``
+    is what was given. A well-formed version that was never committed raises
+    :class:`VersionNotFoundError` instead."""
+
+    def __init__(self, message: str, version: object) -> None:
+        super().__init__(message)
         self.version = version
 
 

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from encoding import TableSchema
 from operators._changelog import RowKind, kinds_in
+from operators._ttl import live_from
 from operators.errors import InputError
 from statestore import StateTable
 
@@ -168,13 +169,15 @@ class ExpiryIndex:
         not yet in the index, to expire at ``expires`` (one time a key)."""
         self.index.insert_batch(keys.add_column(0, "expires_at", expires))
 
-    def expire(self, until: int, table: StateTable) -> int:
-        """Delete from ``table`` every key whose time is ``<= until``, and their
-        entries; returns how many keys were deleted."""
+    def expire(self, now: int, table: StateTable) -> int:
+        """Delete from ``table`` every key expired at ``now`` (its time is
+        ``<= now``, :mod:`operators._ttl`), and their entries; returns how
+        many keys were deleted."""
+        live = live_from(now)
         # The entries carry the table's key columns under their names.
-        expired = self.index.scan_batch(end=(until + 1,))
+        expired = self.index.scan_batch(end=(live,))
         if not expired.num_rows:
             return 0
         table.delete_keys(expired)
-        self.index.clean_below(until + 1)
+        self.index.clean_below(live)
         return int(expired.num_rows)

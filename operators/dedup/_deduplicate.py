@@ -19,6 +19,7 @@ import pyarrow as pa
 from encoding import TableSchema
 from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
+from operators._ttl import expired, expiry_time
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
@@ -317,7 +318,7 @@ class Deduplicate(Operator):
         """The kept row of a stored one: ``None`` if absent or expired."""
         if stored is None or self.ttl is None:
             return stored
-        if stored[-1] <= now:
+        if expired(stored[-1], now):
             return None
         return stored[:-1]
 
@@ -356,7 +357,7 @@ class Deduplicate(Operator):
         value = key if self._marker_only else state
         new_expiry = None
         if self.ttl is not None:
-            new_expiry = now + self.ttl
+            new_expiry = expiry_time(now, self.ttl)
             value = (*value, new_expiry)
         if stored is None:
             table.insert(value)

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from encoding import TableSchema, key_equal_values
 from operators._operator import Operator, OperatorContext
+from operators._ttl import live_from
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
@@ -188,7 +189,7 @@ class DropDuplicates(_FirstRowPerKey):
     def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
         """Evict every key whose event time is ``<=`` the watermark."""
         if self.evicts:
-            ctx.table("seen").clean_below(watermark * 1000 + 1)
+            ctx.table("seen").clean_below(live_from(watermark * 1000))
 
 
 class DropDuplicatesWithinWatermark(_FirstRowPerKey):

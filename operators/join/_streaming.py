@@ -70,9 +70,10 @@ class StreamingJoin(Operator):
     has one: it picks the side's state view, and lets an accumulate replace
     the stored row with the same unique key (an upsert input). ``condition``
     is a picklable ``(left_row, right_row) -> bool`` checked on rows with equal
-    keys. Null keys match nothing unless ``null_safe``. A side's rows expire
-    ``<side>_ttl_ms`` milliseconds of processing time after they were last
-    written. ``left_prefix`` / ``right_prefix`` rename the output columns.
+    keys. Null keys match nothing unless ``null_safe``. A side's row written
+    at processing time ``t`` is gone from ``t + <side>_ttl_ms`` on (Flink's
+    TTL boundary, :mod:`operators._ttl`). ``left_prefix`` /
+    ``right_prefix`` rename the output columns.
     """
 
     # Every write follows a read of its key (find, records), so the tables

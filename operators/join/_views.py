@@ -15,8 +15,9 @@ side has no unique key          ``join key, whole row``     a row and its
 
 An outer side also keeps, per row, its number of associations: how many rows
 of the other side match it, the join condition included. With a time to live,
-each row keeps when it was last written; a row not written for longer than
-the TTL is expired: reads skip it and delete it.
+each row keeps when it was last written; written at ``t`` with a TTL of
+``d`` ms, it is visible while ``now < t + d`` and expired from ``now >= t + d``
+on (Flink's rule, :mod:`operators._ttl`): reads skip it and delete it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow as pa
 
 from encoding import TableSchema
 from operators._operator import OperatorContext
+from operators._ttl import expired, expiry_time
 from operators.errors import InputError
 from operators.join._metrics import EXPIRED, REMOVED, UPDATED, side_metric
 
@@ -161,7 +163,7 @@ class JoinStateView:
         return (
             self._written is not None
             and self.ttl_ms is not None
-            and now - stored[self._written] > self.ttl_ms
+            and expired(expiry_time(stored[self._written], self.ttl_ms), now)
         )
 
     def _expire(self, ctx: OperatorContext, stored: Row) -> None:

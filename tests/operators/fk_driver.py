@@ -119,6 +119,14 @@ class FkDriver:
         """Delete a left row (``-D`` with its before-image)."""
         self._change(0, self.left.pop(key), RowKind.DELETE, self._number(0))
 
+    def retract_left(self, row: tuple[Any, ...], kind: RowKind = RowKind.DELETE) -> None:
+        """Send a ``-D`` (or ``-U``) of ``row`` whatever the table holds (a
+        repeated tombstone, one for a key never seen, a stale before-image):
+        as in Kafka's keyed table, its key is deleted if held."""
+        key = tuple(row[i] for i in self._lkey)
+        self._change(0, row, kind, self._number(0))
+        self.left.pop(key, None)
+
     def upsert_right(self, row: tuple[Any, ...]) -> None:
         """Insert or replace a right row: ``+I``, or an update as a plain
         upsert (``+U``), or with ``right_before_images`` as :meth:`update_right`."""
@@ -236,8 +244,12 @@ class FkDriver:
         """Release the harness's state."""
         self.harness.close()
 
+    def results_metric(self, name: str) -> int:
+        """A counter of the results stage in the last batch (0 if not counted)."""
+        metrics = self.harness.last_metrics.get(self.join.name + "-results", {})
+        return metrics.get(name, 0)
+
     @property
     def stale_dropped(self) -> int:
         """Responses dropped as stale in the last batch."""
-        metrics = self.harness.last_metrics.get(self.join.name + "-results", {})
-        return metrics.get("numResultsDroppedAsStale", 0)
+        return self.results_metric("numResultsDroppedAsStale")

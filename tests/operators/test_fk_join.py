@@ -280,6 +280,55 @@ class TestRightUpdates:
         assert d.stale_dropped == d.expected_stale == 0
 
 
+@pytest.mark.parametrize("how", ["inner", "left"])
+class TestRetractionsOfUnknownKeys:
+    """Kafka's left table is keyed by K: a tombstone for a K it does not hold
+    (never seen, or deleted already) emits nothing and fails nothing, and
+    one deletes K whatever row K holds."""
+
+    @pytest.mark.parametrize("same_batch", [False, True])
+    def test_delete_twice_in_a_row(self, how: str, same_batch: bool) -> None:
+        """The second -D of a deleted K emits nothing and counts in
+        numRetractionsOfUnknownRows, in the batch after the first or in the
+        same one; the first still deletes K's result."""
+        d = FkDriver(issue_join(how))
+        play(d, [("right", "rhs1", "r1"), ("left", "k", "v|rhs1")])
+        d.delete_left(("k",))
+        if not same_batch:
+            assert _values(d.flush()) == {"k": None}
+        d.retract_left(("k", "v|rhs1"))
+        assert _values(d.flush()) == ({"k": None} if same_batch else {})
+        assert d.results_metric("numRetractionsOfUnknownRows") == 1
+        assert play(d, [("right", "rhs1", "r2")]) == {}
+
+    def test_delete_of_a_key_never_seen(self, how: str) -> None:
+        """A -D and a -U of keys the join never held emit nothing and are
+        counted; the rest of the batch goes on."""
+        d = FkDriver(issue_join(how))
+        d.upsert_right(("rhs1", "r1"))
+        d.retract_left(("ghost", "v|rhs1"))
+        d.retract_left(("ghost2", "w"), RowKind.UPDATE_BEFORE)
+        d.upsert_left(("k", "v|rhs1"))
+        assert _values(d.flush()) == {"k": "(v|rhs1,r1)"}
+        assert d.results_metric("numRetractionsOfUnknownRows") == 2
+        assert d.harness.last_metrics["fkjoin-subscriptions"]["numSubscriptionRows"] == 1
+
+    def test_retraction_of_another_row_deletes_the_key(self, how: str) -> None:
+        """A -D whose before-image is not the row K holds deletes K all the
+        same (counted in numRetractionsOfMismatchedRows). It unsubscribes K
+        from the before-image's FK: K's subscription at the held row's FK
+        stays until K subscribes there again, and its answers are dropped as
+        stale."""
+        d = FkDriver(issue_join(how))
+        play(d, [("right", "rhs1", "r1"), ("right", "rhs2", "r2"), ("left", "k", "v|rhs1")])
+        d.retract_left(("k", "old|rhs2"))
+        assert _values(d.flush()) == {"k": None}
+        assert d.results_metric("numRetractionsOfMismatchedRows") == 1
+        assert play(d, [("right", "rhs1", "r1b")]) == {}
+        assert d.stale_dropped == 1
+        assert play(d, [("left", "k", "w|rhs1")]) == {"k": "(w|rhs1,r1b)"}
+
+
 class TestBadChangelog:
     def test_update_without_before_image_is_refused(self) -> None:
         """A +U of a key the left table holds, with no -U first, is an
@@ -431,8 +480,8 @@ def load_batch(rng: random.Random, d: FkDriver, shape: Shape) -> None:
 
 def random_batch(rng: random.Random, d: FkDriver, shape: Shape) -> None:
     """Queue random changes: left upserts (FK changes, null FKs, the hot FK),
-    left deletes, right upserts, right rows moving to a free key (``-U``/
-    ``+U``) and right deletes."""
+    left deletes, tombstones of left keys not held, right upserts, right rows
+    moving to a free key (``-U``/``+U``) and right deletes."""
     fks = shape.fks
     for _ in range(rng.randint(1, shape.changes)):
         op = rng.random()
@@ -441,6 +490,9 @@ def random_batch(rng: random.Random, d: FkDriver, shape: Shape) -> None:
             d.upsert_left((rng.randrange(shape.keys), fk, rng.choice("xyz")))
         elif op < 0.6 and d.left:
             d.delete_left(rng.choice(sorted(d.left)))
+        elif op < 0.63:
+            absent = [k for k in range(shape.keys + 2) if (k,) not in d.left]
+            d.retract_left((rng.choice(absent), rng.choice([None, *range(fks)]), "x"))
         elif op < 0.85:
             fk = rng.randrange(fks)
             d.upsert_right((fk, f"r{fk}.{rng.randrange(3)}"))

@@ -225,3 +225,30 @@ class TestFkJoinThroughSpark:
         assert partitions == {
             (f"{join.name}-{stage}", p) for stage in ("subscriptions", "results") for p in range(3)
         }
+
+    def test_tombstones_of_keys_not_held(self, spark: Any, tmp_path: Path) -> None:
+        """A left key deleted twice in one batch, again in the next batch, and
+        a key never seen: no output, no error, each counted in
+        numRetractionsOfUnknownRows; the output after each batch equals the
+        batch join."""
+        join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="left")
+        d = FkDriver(join)
+        d.upsert_right((0, "r0"))
+        d.upsert_left((1, 0, "x"))
+        d.upsert_left((2, 0, "y"))
+        plan: list[list[tuple[int, int, str]]] = [[], [(1, 0, "x"), (1, 0, "x"), (9, 0, "z")]]
+        plan.append([(1, 0, "x")])
+        changes, joins = [], []
+        for batch, tombstones in enumerate(plan):
+            for row in tombstones:
+                d.retract_left(row)
+            d.upsert_right((5 + batch, "unreferenced"))  # one right file per batch
+            left, right = d.take_changes()
+            assert left is not None and right is not None
+            changes.append([left, right])
+            joins.append({k[0]: v for k, v in d.batch_join().items()})
+        sink, query = _run(spark, tmp_path, join, changes, partitions=2)
+        # Batch 2 holds a tombstone alone: it emits nothing, the table stays.
+        assert _materialised(spark, sink, join) == joins[:2] and joins[2] == joins[1]
+        unknown = [b["metrics"].get("numRetractionsOfUnknownRows", 0) for b in query.history]
+        assert unknown == [0, 2, 1]

@@ -350,3 +350,41 @@ class TestMetadata:
             read_rows(location, OPERATOR, meta, 0, batch_id=99)
         with pytest.raises(InputError, match=message):
             metadata(location, batch_id=99)
+
+
+class TestInspectOutput:
+    def test_a_directory_without_state_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`relstate inspect` on a directory relstate did not write (a demo
+        directory: a checkpoint and an output beside it; an empty one) says
+        there is no relstate state, names a checkpoint inside it, and exits
+        2, with or without --table."""
+        (tmp_path / "demo" / "checkpoint" / "state").mkdir(parents=True)
+        (tmp_path / "demo" / "output" / "batch=0").mkdir(parents=True)
+        (tmp_path / "empty").mkdir()
+        for args, says in (
+            (["demo"], "only directories ['checkpoint', 'output']"),
+            (["demo", "--table", "rows"], "its directory 'checkpoint' is one: give that"),
+            (["empty"], "it holds nothing"),
+        ):
+            assert cli.main(["inspect", str(tmp_path / args[0]), *args[1:]]) == 2
+            captured = capsys.readouterr()
+            assert captured.out == ""
+            assert "there is no relstate state at" in captured.err and says in captured.err
+
+    def test_rows_print_null_as_null(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A null prints as `null` in a table's rows, an empty string as
+        nothing: the two no longer look alike."""
+        schema = pa.schema([("k", pa.int64()), ("name", pa.string())])
+
+        def feed(harness: OperatorHarness, partition: int, batch: int) -> None:
+            harness.process_rows([(1, None), (2, ""), (3, "x")])
+
+        state = harness_state(tmp_path, lambda: LatestRow(schema), feed, 1, 1, [["bigint"]])
+        capsys.readouterr()  # the harness's log lines
+        assert cli.main(["inspect", str(state), "--table", "rows"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split() for line in lines[3:]] == [["1", "null"], ["2"], ["3", "x"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -335,3 +337,15 @@ class TestBadInput:
         t.insert((1, 1, 1))
         with pytest.raises(EncodingError, match="primary key"):
             t.update((1, 1, 1), (2, 1, 1))
+
+
+class TestReadme:
+    def test_snippet_runs_again_and_again(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """The README's StateTable snippet prints its rows on a second run as
+        on the first: it opens a fresh database each time."""
+        readme = (Path(__file__).parents[2] / "README.md").read_text()
+        code = re.search(r"```python\n(.*?)```", readme, re.S)
+        assert code is not None and "StateTable(" in code.group(1)
+        for _ in range(2):
+            exec(compile(code.group(1), "README.md", "exec"), {})
+        assert capsys.readouterr().out == "[(7, 'o-1', 11.0)]\n" * 2

@@ -11,8 +11,10 @@ import structlog
 from statestore import (
     AmbiguousVersionError,
     EpochError,
+    InvalidVersionError,
     LockHeldError,
     StateStore,
+    StateStoreError,
     StoreConfig,
     StoreStateError,
     VersionNotFoundError,
@@ -179,8 +181,27 @@ class TestVersions:
         s.commit(5)
         with pytest.raises(EpochError):
             s.commit(5)
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidVersionError):
             s.commit(-1)
+
+    @pytest.mark.parametrize("version", [-1, 1.5, "3", True])
+    def test_bad_version_is_the_stores_typed_error(self, stores: Stores, version: object) -> None:
+        """A version that cannot be one (negative, not an int) is an
+        InvalidVersionError, also a ValueError, naming it, raised before the
+        loaded state changes; a well-formed missing version is still
+        VersionNotFoundError."""
+        s = stores.open()
+        s.load(None)
+        put(s, {"a": 1})
+        s.commit(1)
+        with pytest.raises(ValueError) as info:
+            s.load(version)  # type: ignore[arg-type]
+        assert isinstance(info.value, InvalidVersionError) and info.value.version == version
+        assert isinstance(info.value, StateStoreError)
+        assert f"version {version!r} is not a version" in str(info.value)
+        assert s.version == 1 and rows(s) == {"a": 1}
+        with pytest.raises(VersionNotFoundError):
+            s.load(2)
 
     def test_unknown_version_is_not_found(self, stores: Stores) -> None:
         """Loading a version never committed raises VersionNotFoundError (a KeyError)."""

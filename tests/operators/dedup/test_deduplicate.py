@@ -251,6 +251,35 @@ class TestRowTime:
             h.process_element((1, 1, None))
 
 
+@pytest.mark.parametrize("mini_batch", [False, True])
+class TestNullKeys:
+    """A null key is one key like any other value (Flink's keyed state and
+    Spark's dropDuplicates group nulls together)."""
+
+    def test_keep_first_deduplicates_null_keys(self, backend: str, mini_batch: bool) -> None:
+        """Rows whose key is null are duplicates of the first one, in its
+        batch and after a commit."""
+        with harness(Deduplicate(KV, ["k"], keep="first", mini_batch=mini_batch), backend) as h:
+            assert h.process_rows([(None, 1), (None, 2), (1, 3)]) == [
+                (INS, (None, 1)),
+                (INS, (1, 3)),
+            ]
+            h.commit()
+            assert h.process_rows([(None, 4)]) == []
+            assert list(h.table("rows").scan()) == [(None,), (1,)]
+
+    def test_changelog_retracts_the_null_key(self, backend: str, mini_batch: bool) -> None:
+        """On a changelog a null key is updated and deleted as any key."""
+        op = Deduplicate(KV, ["k"], changelog=True, mini_batch=mini_batch)
+        with harness(op, backend) as h:
+            assert h.process_rows([(None, 1)], [INS]) == [(INS, (None, 1))]
+            h.commit()
+            assert h.process_rows([(None, 2)], [UA]) == [(UA, (None, 2))]
+            h.commit()
+            assert h.process_rows([(None, 2)], [D]) == [(D, (None, 2))]
+            assert list(h.table("rows").scan()) == []
+
+
 class TestStateTtl:
     """State TTL in processing time."""
 
@@ -264,6 +293,37 @@ class TestStateTtl:
             assert feed(h, [(1, 2)]) == []
             h.set_processing_time(1_100)
             assert feed(h, [(1, 3)]) == [(INS, (1, 3))]
+
+    @pytest.mark.parametrize("mini_batch", [False, True])
+    def test_keep_last_boundary(self, backend: str, mini_batch: bool) -> None:
+        """Flink's boundary for keep-last: a key written at t is still held at
+        t + ttl - 1 (-U/+U, which rewrites it at that time) and gone at that
+        write's time + ttl (+I)."""
+        op = Deduplicate(
+            KV, ["k"], generate_update_before=True, state_ttl_ms=100, mini_batch=mini_batch
+        )
+        with harness(op, backend) as h:
+            h.set_processing_time(1_000)
+            assert feed(h, [(1, 1)]) == [(INS, (1, 1))]
+            h.set_processing_time(1_099)
+            assert feed(h, [(1, 2)]) == [(UB, (1, 1)), (UA, (1, 2))]
+            h.set_processing_time(1_199)
+            assert feed(h, [(1, 3)]) == [(INS, (1, 3))]
+
+    def test_state_leaves_at_exactly_its_expiry(self, backend: str) -> None:
+        """The expiry index deletes a key written at t in the batch at t + ttl,
+        not in the one at t + ttl - 1."""
+        with harness(Deduplicate(KV, ["k"], keep="first", state_ttl_ms=100), backend) as h:
+            h.set_processing_time(1_000)
+            feed(h, [(1, 1)])
+            h.commit()
+            h.set_processing_time(1_099)
+            h.commit()
+            assert list(h.table("rows").scan()) == [(1, 1_100)]
+            h.set_processing_time(1_100)
+            h.commit()
+            assert list(h.table("rows").scan()) == []
+            assert list(h.table("expiry").scan()) == []
 
     def test_write_refreshes_ttl(self, backend: str) -> None:
         """Keep-last rewrites the key on each row, which restarts its TTL."""

@@ -73,17 +73,20 @@ def random_batches(seed: int, n: int = 5, spread: bool = False) -> list[pa.Table
     ``spread``: each batch also has two keys of their own (never seen in
     another batch) with rows at two or three event times, so that which of
     them is kept depends on the order of the rows, as it does in Spark; the
-    keys and counts out do not."""
+    keys and counts out do not.
+
+    Every batch has a null key too: a null key is one key like any other
+    value, on both sides."""
     rng = random.Random(seed)
     batches = []
     for b in range(n):
         clock = 200 * (b + 1)
         rows = []
-        for k in rng.sample(range(20), 12):
+        for k in [*rng.sample(range(19), 11), None]:
             t = clock + rng.choice([-700, -500, -300, -150, -100, -50, 0, 50])
             ts = EPOCH + dt.timedelta(milliseconds=max(t, 0))
             for _ in range(rng.choice([1, 1, 2, 3])):
-                rows.append({"k": k, "ts": ts, "v": k * 1000 + t})
+                rows.append({"k": k, "ts": ts, "v": (99 if k is None else k) * 1000 + t})
         for k in (100 + 2 * b, 101 + 2 * b) if spread else ():
             for t in rng.sample([clock - 100, clock - 50, clock, clock + 50], rng.choice([2, 3])):
                 rows.append({"k": k, "ts": EPOCH + dt.timedelta(milliseconds=t), "v": t})
@@ -253,11 +256,15 @@ def keys_of(batches: Batches) -> list[Counter[Any]]:
 
 
 def split(batches: Batches) -> tuple[Batches, Batches]:
-    """Each batch's rows of the keys with one event time in it (below 100),
-    and of the keys with several."""
-    plain = [Counter({r: n for r, n in rows.items() if r[0] < 100}) for rows in batches]
-    spread = [Counter({r: n for r, n in rows.items() if r[0] >= 100}) for rows in batches]
+    """Each batch's rows of the keys with one event time in it (below 100,
+    or null), and of the keys with several."""
+    plain = [Counter({r: n for r, n in rows.items() if not _spread(r)}) for rows in batches]
+    spread = [Counter({r: n for r, n in rows.items() if _spread(r)}) for rows in batches]
     return plain, spread
+
+
+def _spread(row: tuple[Any, ...]) -> bool:
+    return row[0] is not None and row[0] >= 100
 
 
 class TestAgainstSpark:
@@ -268,10 +275,12 @@ class TestAgainstSpark:
         """Every batch outputs the same rows as Spark's native operator, and the
         rows dropped as late and as duplicates add up to Spark's counts; for
         dropDuplicates with and without the event time in the key, and for
-        dropDuplicatesWithinWatermark. Keys with rows at several event times
-        in one batch are left to the next test."""
+        dropDuplicatesWithinWatermark; a null key is a key as in Spark. Keys
+        with rows at several event times in one batch are left to the next
+        test."""
         run = compared[(mode, seed, spread)]
         assert split(run.got)[0] == split(run.expected)[0]
+        assert any(None in keys for keys in keys_of(run.got)), "the null key must come out"
         assert run.counts == run.spark_counts
         late, duplicates = run.counts
         assert late > 0 and duplicates > 0, "the input must have late rows and duplicates"

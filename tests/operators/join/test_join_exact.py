@@ -267,10 +267,71 @@ class TestUpserts:
 
 
 class TestTTL:
+    def test_boundary_with_a_ttl_per_side(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness]
+    ) -> None:
+        """Flink's boundary, each side with its own TTL: a row written at t
+        still joins at t + ttl - 1 and is gone at t + ttl (left 1000 ms,
+        right 3000 ms)."""
+        h = make_harness(pairs_join(JoinType.INNER, left_ttl_ms=1000, right_ttl_ms=3000))
+        h.set_processing_time(100)
+        h.process_element((1, "a"), INS, L)
+        h.process_element((2, "x"), INS, R)
+        h.set_processing_time(1099)
+        assert h.process_element((1, "y"), INS, R) == [(INS, (1, "a", 1, "y"))]
+        h.set_processing_time(1100)
+        assert h.process_element((1, "z"), INS, R) == []
+        assert h.metrics["left.numExpiredStateRows"] == 1
+        h.set_processing_time(3099)
+        assert h.process_element((2, "b"), INS, L) == [(INS, (2, "b", 2, "x"))]
+        h.set_processing_time(3100)
+        assert h.process_element((2, "c"), INS, L) == []
+        assert h.metrics["right.numExpiredStateRows"] == 1
+
+    @pytest.mark.parametrize(
+        ("join_type", "outer", "inner"), [(JoinType.LEFT, L, R), (JoinType.RIGHT, R, L)]
+    )
+    def test_outer_row_is_padded_once_its_match_expired(
+        self,
+        make_harness: Callable[[StreamingJoin], OperatorHarness],
+        join_type: JoinType,
+        outer: int,
+        inner: int,
+    ) -> None:
+        """An outer row arriving at t + ttl - 1 joins the other side's row
+        written at t; one arriving at t + ttl finds it expired and is emitted
+        null-padded."""
+        ttl = {"left_ttl_ms" if inner == L else "right_ttl_ms": 1000}
+        h = make_harness(pairs_join(join_type, **ttl))
+        h.set_processing_time(0)
+        assert h.process_element((1, "x"), INS, inner) == []
+
+        def pair(row: tuple[Any, ...], match: tuple[Any, ...]) -> tuple[Any, ...]:
+            return row + match if outer == L else match + row
+
+        h.set_processing_time(999)
+        assert h.process_element((1, "a"), INS, outer) == [(INS, pair((1, "a"), (1, "x")))]
+        h.set_processing_time(1000)
+        assert h.process_element((1, "b"), INS, outer) == [(INS, pair((1, "b"), (None, None)))]
+
+    def test_sweep_at_exactly_the_expiry_deletes(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness]
+    ) -> None:
+        """The sweep follows the same boundary: the batch at t + ttl (when the
+        sweep is due) deletes a row written at t, which no read met."""
+        h = make_harness(pairs_join(JoinType.INNER, left_ttl_ms=1000))
+        h.set_processing_time(0)
+        h.process_element((1, "a"), INS, L)
+        h.commit()
+        h.set_processing_time(1000)
+        h.commit()
+        assert list(h.table("left").scan()) == []
+        assert h.last_metrics["left.numExpiredStateRows"] == 1
+
     def test_expired_rows_are_gone(
         self, make_harness: Callable[[StreamingJoin], OperatorHarness]
     ) -> None:
-        """A row not written for longer than its side's TTL matches nothing and
+        """A row not written for its side's TTL or longer matches nothing and
         is removed; a row written since stays."""
         h = make_harness(pairs_join(JoinType.LEFT, right_ttl_ms=1000))
         h.set_processing_time(0)
