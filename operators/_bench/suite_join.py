@@ -76,9 +76,10 @@ def measure(
     return comparisons, readings
 
 
-def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
-    """The suite: 10,000 rows per side with ``quick``, else 50,000."""
-    rows = 10_000 if quick else 50_000
+def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1) -> SuiteResult:
+    """The suite: 10,000 rows per side with ``quick``, else 50,000; ``scale``
+    times that."""
+    rows = (10_000 if quick else 50_000) * scale
     comparisons, readings = measure(rows, workdir, progress)
     description = f"""
 A changelog join of two inputs `(id, k, v)` on `k`, {rows:,} rows per side (about
