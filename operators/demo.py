@@ -38,7 +38,7 @@ from operators._spark import local_spark
 from operators.errors import InputError, RunnerError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
-from statestore._filesystems import redact
+from statestore import redact
 
 __all__ = ["DemoConfig", "check_java", "revenue_table", "run_demo", "write_batches"]
 

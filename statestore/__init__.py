@@ -4,11 +4,17 @@ store that versions and checkpoints them."""
 from statestore._caches import remove_orphaned_caches
 from statestore._checkpoint import PartitionCheckpoint
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
+from statestore._faults import ENV_VAR as FAULT_ENV_VAR
+from statestore._faults import fault
+from statestore._filesystems import S3_OPTIONS, filesystem_for, redact
+from statestore._manifest import Manifest
 from statestore._memory import MemoryBackend
 from statestore._memtable import KeyOp, MemTable, OpKind
+from statestore._metadata import TableMeta
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
+from statestore._transfer import read_changelogs
 from statestore._typing import KVBackend, WriteOp
 from statestore.errors import (
     AmbiguousVersionError,
@@ -28,6 +34,8 @@ from statestore.errors import (
 )
 
 __all__ = [
+    "FAULT_ENV_VAR",
+    "S3_OPTIONS",
     "AmbiguousVersionError",
     "BackendClosedError",
     "BackendError",
@@ -43,6 +51,7 @@ __all__ = [
     "KeyOp",
     "LoadInfo",
     "LockHeldError",
+    "Manifest",
     "MemTable",
     "MemoryBackend",
     "OpKind",
@@ -54,9 +63,14 @@ __all__ = [
     "StateTable",
     "StoreConfig",
     "StoreStateError",
+    "TableMeta",
     "TableMetrics",
     "VersionNotFoundError",
     "WinnerConflictError",
     "WriteOp",
+    "fault",
+    "filesystem_for",
+    "read_changelogs",
+    "redact",
     "remove_orphaned_caches",
 ]
