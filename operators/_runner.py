@@ -684,6 +684,8 @@ def run_operator(
     unknown = sorted(set(marks) - set(range(len(frames))))
     if unknown:
         raise InputError(f"watermarks name input(s) {unknown}; the inputs are 0..{len(frames) - 1}")
+    # Before the inputs are read: the watermarks given may not fit the operator.
+    operator.check_watermarks(marks)
     pipeline = Pipeline()
     streams = [
         pipeline.source(f, f"input{i}", sequence=sequence_column, watermark=marks.get(i))
