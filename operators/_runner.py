@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -55,7 +57,16 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["BatchSummary", "Progress", "RelstateQuery", "Watermark", "run_operator", "start"]
+__all__ = [
+    "BatchSummary",
+    "Progress",
+    "RelstateQuery",
+    "Watermark",
+    "job_group",
+    "run_operator",
+    "stage_progress",
+    "start",
+]
 
 #: Spark's names for a stateful operator's metrics, as its progress reports them.
 SPARK_METRICS = (
@@ -145,9 +156,9 @@ class _Driver:
             None if previous is None else previous.watermark,
         )
         marks = stage_watermarks(self.stage_inputs, watermark)
-        self._check_row_kinds(batch)
         processing_time = self.journal.processing_time(batch_id)
-        metas = self._run_stages(batch, batch_id, previous, marks, processing_time)
+        with _without_adaptive_execution(batch.sparkSession):
+            metas = self._run_stages(batch, batch_id, previous, marks, processing_time)
         fault("runner.driver_after_sink")
         record = self._record(batch_id, previous, watermark, marks, metas)
         # The batch record decides; the stores' winner records, written after
@@ -161,6 +172,14 @@ class _Driver:
         self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
         if self.progress is not None:
             self.progress(summary)
+
+    def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
+        """Each stage's metrics of batch ``batch_id`` as Spark reports a
+        stateful operator's (empty if this driver did not run it)."""
+        for summary in reversed(self.history):
+            if summary["batch_id"] == batch_id:
+                return [_operator_progress(s, m) for s, m in summary["stages"].items()]
+        return []
 
     def _commit_sink(self, batch_id: int) -> None:
         commit = getattr(self.sink, "commit", None)
@@ -189,9 +208,9 @@ class _Driver:
         results: dict[int, DataFrame] = {}
         cached: list[DataFrame] = []
         metas: dict[str, list[dict[str, Any]]] = {}
-        reads = sum(1 for s in stages for i in s.inputs if not i.stream.is_stage)
-        if reads > 1:
-            # Several stages or sides read the batch: read it once.
+        reads = Counter(i.stream.index for s in stages for i in s.inputs if not i.stream.is_stage)
+        if any(n > 1 for n in reads.values()):
+            # A source is read by several stages or sides: read the batch once.
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(batch)
         context = batch.sparkSession.sparkContext
@@ -224,19 +243,23 @@ class _Driver:
                     result = result.persist(StorageLevel.MEMORY_AND_DISK)
                     results[index] = result
                     cached.append(result)
-                context.setJobDescription(
-                    f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}"
+                context.setJobGroup(
+                    job_group(self.query_name, stage.name),
+                    f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}",
                 )
                 metas[stage.name] = _committed(result, batch_id, plan.partitions, stage.name)
                 if output is not None:
                     sink, staging, _ = output
                     sink.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
             if not direct:
-                context.setJobDescription(f"{self.query_name}: batch {batch_id}, sink")
+                context.setJobGroup(
+                    job_group(self.query_name, "sink"), f"{self.query_name}: batch {batch_id}, sink"
+                )
                 rows = results[out].where(F.col(META).isNull()).drop(META, ORDER)
                 self.sink(rows, batch_id)
         finally:
-            context.setJobDescription(None)  # type: ignore[arg-type]
+            for key in ("spark.jobGroup.id", "spark.job.description"):
+                context.setLocalProperty(key, None)  # type: ignore[arg-type]
             for frame in cached:
                 frame.unpersist()
         return metas
@@ -297,25 +320,6 @@ class _Driver:
         schema = to_arrow_schema(from_arrow_schema(pa.schema(fields)), timezone="UTC")
         return self.sink, self.sink.stage(batch_id), schema
 
-    def _check_row_kinds(self, batch: DataFrame) -> None:
-        """Unknown row kinds fail the batch before any task runs."""
-        from pyspark.sql import functions as F
-
-        if not any(s.changelog for s in self.pipeline.sources):
-            return
-        valid = [k.value for k in RowKind]
-        bad = (
-            batch.where(F.col(ROW_KIND).isNull() | ~F.col(ROW_KIND).isin(valid))
-            .select(ROW_KIND)
-            .limit(3)
-            .collect()
-        )
-        if bad:
-            raise InputError(
-                f"unknown row kind(s) {[r[0] for r in bad]!r} in column {ROW_KIND!r}; a "
-                "changelog row is '+I', '-U', '+U' or '-D'. Nothing of this batch was committed"
-            )
-
     def _record(
         self,
         batch_id: int,
@@ -346,6 +350,28 @@ class _Driver:
             max_event_time=seen,
             metrics=metrics,
         )
+
+
+def job_group(query: str, stage: str) -> str:
+    """The Spark job group of a stage's jobs (the sink's: ``stage="sink"``):
+    the Spark UI lists a batch's jobs under it, with a description naming
+    the batch and the stage."""
+    return f"relstate:{query}:{stage}"
+
+
+#: The running queries' drivers by Spark query id, for listeners.
+_DRIVERS: weakref.WeakValueDictionary[str, _Driver] = weakref.WeakValueDictionary()
+
+
+def stage_progress(progress: Any) -> list[dict[str, Any]]:
+    """Each stage's state metrics of the batch a Spark progress reports, in
+    the shape of Spark's ``StateOperatorProgress``: what a
+    ``StreamingQueryListener`` calls with ``event.progress``. Empty for a
+    query that is not relstate's, or a batch this driver did not run."""
+    driver = _DRIVERS.get(str(progress.id))
+    if driver is None:
+        return []
+    return driver.stage_progress(int(progress.batchId))
 
 
 def _in_sequence() -> list[Column]:
@@ -382,12 +408,13 @@ def _summary(record: BatchRecord, output: str, duration_ms: int) -> BatchSummary
 
 @contextmanager
 def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
-    """Adaptive query execution off for the job that runs a stage's tasks,
-    and as it was after. The job is one shuffle into ``mapInArrow`` with a
-    fixed partition count, which adaptive execution cannot improve; it would
-    only run the shuffle as a job of its own and plan the rest again, about
-    40 ms of every stage here. ``foreachBatch`` calls run one at a time on the
-    query's own session, so nothing else sees the change."""
+    """Adaptive query execution off while a batch's stages are planned and
+    run, and as it was after. Each stage is one shuffle into ``mapInArrow``
+    with a fixed partition count, which adaptive execution cannot improve; it
+    would only run the shuffle as a job of its own and plan the rest again
+    (a second job per stage, about 40 ms each, measured), also for a stage
+    output cached for the next stage. ``foreachBatch`` calls run one at a
+    time on the query's own session, so nothing else sees the change."""
     key = "spark.sql.adaptive.enabled"
     # Unset, Spark gives its default, "true"; the "or" is for the Optional type.
     before = session.conf.get(key) or "true"
@@ -406,8 +433,7 @@ def _committed(
     committed."""
     from pyspark.sql import functions as F
 
-    with _without_adaptive_execution(result.sparkSession):
-        rows = result.where(F.col(META).isNotNull()).select(META).collect()
+    rows = result.where(F.col(META).isNotNull()).select(META).collect()
     metas = [json.loads(r[0]) for r in rows]
     errors = sorted((m["partition"], m["error"]) for m in metas if "error" in m)
     if errors:
@@ -463,10 +489,7 @@ class RelstateQuery:
     def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
         """Each stage's state metrics of batch ``batch_id`` (if this run
         finished it) in the shape of Spark's ``StateOperatorProgress``."""
-        for summary in self._driver.history:
-            if summary["batch_id"] == batch_id:
-                return [_operator_progress(s, m) for s, m in summary["stages"].items()]
-        return []
+        return self._driver.stage_progress(batch_id)
 
     def _with_stages(self, progress: Any) -> dict[str, Any]:
         data = dict(progress) if isinstance(progress, Mapping) else json.loads(progress.json)
@@ -578,8 +601,8 @@ def start(
             "repartition` on it again to finish, then start the query"
         )
     journal = Journal(fs, root, redact(location))
-    shapes = []
-    plans = []
+    shapes: list[StageShape] = []
+    plans: list[StagePlan] = []
     config = replace(store, partition_count=partitions)
     for stage in pipeline.stages:
         first = stage.inputs[0]
@@ -604,6 +627,7 @@ def start(
                 side_columns=[list(i.stream.schema.names) for i in stage.inputs],
                 event_times=event_times,
                 store=config,
+                index=len(plans),
                 log_level=log_level,
             )
         )
@@ -634,7 +658,9 @@ def start(
         writer = writer.queryName(query_name)
     if trigger:
         writer = writer.trigger(**trigger)
-    return RelstateQuery(writer.start(), driver)
+    query = writer.start()
+    _DRIVERS[str(query.id)] = driver
+    return RelstateQuery(query, driver)
 
 
 def run_operator(

@@ -75,6 +75,8 @@ class StagePlan:
     #: Per side with an event-time watermark: its source's name and column.
     event_times: dict[int, tuple[str, str]]
     store: StoreConfig
+    #: The stage's place in the pipeline (0: the first).
+    index: int = 0
     #: The least level of relstate's log events in the Python workers, which
     #: do not share the driver's structlog configuration (``None``: leave it).
     log_level: int | None = None
@@ -171,6 +173,8 @@ def _run(
     started = time.perf_counter()
     info = store.commit(batch.batch_id)
     fault("runner.task_after_commit")
+    if plan.index:
+        fault("runner.later_stage_after_commit")
     metrics["commitTimeMs"] = int((time.perf_counter() - started) * 1000)
     metrics["memoryUsedBytes"] = info.memory_used_bytes
     meta: dict[str, Any] = {

@@ -16,6 +16,19 @@ from operators import Pipeline, RowKind, Stream
 from operators.examples import RunningAggregate
 from operators.join import StreamingJoin
 
+
+def _pickle_by_value() -> None:
+    """Spark's Python workers cannot import this test module: ship its
+    operators by value."""
+    import sys
+
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+_pickle_by_value()
+
 ORDERS = pa.schema(
     [
         ("order_id", pa.int64()),
