@@ -267,25 +267,36 @@ class GroupAggregate(Operator):
         ]
         entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
         added: dict[int, list[Any]] = {}
-        rescan: set[int] = set()
+        retracted: dict[int, list[Any]] = {}
         for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
             group = touched.index[entry[: self._k]]
             before = 0 if old is None else old[-1]
             self._write_count(ctx, table, entry, old, before + delta)
-            if delta < 0:
-                rescan.add(group)
-            else:
-                added.setdefault(group, []).append(entry[self._k])
+            into = retracted if delta < 0 else added
+            into.setdefault(group, []).append(entry[self._k])
+        # The stored extreme of each group that lost values: a group needs a
+        # scan only if it lost its extreme (or a value that is not beyond it).
+        lost = sorted(retracted)
+        stored = dict(
+            zip(lost, ctx.table("results").get_rows([touched.keys[g] for g in lost]), strict=True)
+        )
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
-            pick = min if agg.kind is Kind.MIN else max
+            is_min = agg.kind is Kind.MIN
+            at = self._acc[i].start
             rescanned: dict[int, Any] = {}
-            for group in rescan:
-                reverse = agg.kind is Kind.MAX
-                first = next(table.scan(touched.keys[group], reverse=reverse), None)
+            for group in lost:
+                row = stored[group]
+                current = None if row is None else row[at]
+                if current is not None and all(
+                    (v > current) if is_min else (v < current) for v in retracted[group]
+                ):
+                    continue
+                first = next(table.scan(touched.keys[group], reverse=not is_min), None)
                 rescanned[group] = None if first is None else first[self._k]
-            gained = {g: pick(v) for g, v in added.items() if g not in rescan}
+            pick = min if is_min else max
+            gained = {g: pick(v) for g, v in added.items() if g not in rescanned}
             touched.extremes[i] = (rescanned, gained)
 
     def _apply_distinct(

@@ -124,18 +124,17 @@ class TopN(Operator):
             if delta:
                 changed.setdefault(row[: self._p], []).append(row)
         table = ctx.table("rows")
+        # The tops before the batch, of the partitions whose changes can reach them.
+        before: dict[Row, list[Row]] = {}
+        for partition, entries in changed.items():
+            top, boundary = self._top(table, partition)
+            if boundary is None or not all(self._after(table, e, boundary) for e in entries):
+                before[partition] = top
+        self._apply(ctx, table, [e for entries in changed.values() for e in entries], net)
         left: list[Row] = []
         entered: list[Row] = []
-        for partition, entries in changed.items():
-            before, boundary = self._top(table, partition)
-            if boundary is not None and all(
-                self._after(table, entry, boundary) for entry in entries
-            ):
-                self._apply(ctx, table, entries, net)
-                continue
-            self._apply(ctx, table, entries, net)
-            after, _ = self._top(table, partition)
-            old, new = Counter(before), Counter(after)
+        for partition, top in before.items():
+            old, new = Counter(top), Counter(self._top(table, partition)[0])
             left.extend((old - new).elements())
             entered.extend((new - old).elements())
         for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):
