@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import KeyColumn, TableSchema
+from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators._relational import check_names, key_tuples, signs
@@ -106,6 +106,8 @@ class TopN(Operator):
                 [*(schema.field(n) for n in stored), pa.field(_COUNT, pa.int64(), nullable=False)],
                 [*partition_by, *order, *identity],
                 name="rows",
+                # A global top lives on one partition: its rows cannot move.
+                partition_by=None if partition_by else PartitionLocal(),
             )
         ]
 
