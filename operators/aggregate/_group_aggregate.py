@@ -18,7 +18,6 @@ written once, and its result emitted only if it changed.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,11 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
-from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import check_names, key_tuples, pylists, signs
+from operators._relational import check_names, key_tuples, signs
 from operators.aggregate._functions import Aggregate, Kind
-from operators.aggregate._results import UNKNOWN, finish_in_arrow
+from operators.aggregate._per_group import custom_accumulators, finish_per_group
+from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["GroupAggregate"]
@@ -42,36 +41,6 @@ _ROWS = "__rows"
 _VALUE = "__value"
 _COUNT = "__n"
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
-
-
-class _Touched:
-    """A batch's effect on its groups (by group index, in order of first
-    arrival): the folded batch, one row per group, and what the
-    materialized inputs found."""
-
-    def __init__(self, folded: pa.Table, groups: list[str]) -> None:
-        self.folded = folded
-        self._groups = groups
-        #: min/max over a changelog: per aggregate position, the new extreme
-        #: of each group that lost a value (found by a scan), and the extreme
-        #: of the values each other group gained (to merge with its stored one).
-        self.extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = {}
-        #: count(distinct): per aggregate position, group -> change of the count.
-        self.distinct: dict[int, dict[int, int]] = {}
-
-    @functools.cached_property
-    def keys(self) -> list[Row]:
-        """The group keys as tuples."""
-        return key_tuples([self.folded.column(g) for g in self._groups], self.folded.num_rows)
-
-    @functools.cached_property
-    def index(self) -> dict[Row, int]:
-        """Group key -> group index."""
-        return {k: i for i, k in enumerate(self.keys)}
-
-    def column(self, name: str) -> list[Any]:
-        """A folded column as a Python list."""
-        return pylists([self.folded.column(name)])[0]
 
 
 class GroupAggregate(Operator):
@@ -216,10 +185,10 @@ class GroupAggregate(Operator):
             )
             return
         stored = results.get_rows(touched.keys)
-        customs = self._custom_accumulators(batch, sign, touched, stored)
-        self._finish(ctx, results, touched, stored, customs)
+        customs = custom_accumulators(self, batch, sign, touched, stored)
+        finish_per_group(self, ctx, results, touched, stored, customs)
 
-    def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> _Touched:
+    def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> Touched:
         """The touched groups, in order of first arrival, with each summed
         aggregate's delta and each append-only min / max's batch extreme."""
         columns: dict[str, pa.Array] = {
@@ -244,7 +213,7 @@ class GroupAggregate(Operator):
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
-        return _Touched(folded, groups)
+        return Touched(folded, groups)
 
     def _apply_extremes(
         self,
@@ -253,7 +222,7 @@ class GroupAggregate(Operator):
         batch: pa.RecordBatch,
         sign: pa.Array,
         column: str,
-        touched: _Touched,
+        touched: Touched,
     ) -> None:
         """Apply the batch to a min / max column's materialized input, then
         find the new extreme of each group it changed: the batch's new values
@@ -305,7 +274,7 @@ class GroupAggregate(Operator):
         batch: pa.RecordBatch,
         sign: pa.Array,
         column: str,
-        touched: _Touched,
+        touched: Touched,
     ) -> None:
         """Apply the batch to a ``count(distinct)`` column's value counts; a
         value whose count leaves zero adds one to its group's distinct count,
@@ -345,162 +314,6 @@ class GroupAggregate(Operator):
         elif old is not None:
             table.delete(old)
 
-    def _custom_accumulators(
-        self,
-        batch: pa.RecordBatch,
-        sign: pa.Array,
-        touched: _Touched,
-        stored: list[Row | None],
-    ) -> dict[int, dict[int, tuple[Any, ...]]]:
-        """Each custom aggregate's new accumulator per touched group: its
-        stored one (or ``init()``), with the batch's rows accumulated or
-        retracted in batch order."""
-        customs = [i for i, a in enumerate(self.aggregates) if a.kind is Kind.CUSTOM]
-        if not customs:
-            return {}
-        groups = [
-            touched.index[k]
-            for k in key_tuples([batch.column(c) for c in self.key_columns], batch.num_rows)
-        ]
-        steps = sign.to_pylist()
-        out: dict[int, dict[int, tuple[Any, ...]]] = {}
-        for i in customs:
-            agg = self.aggregates[i]
-            function = agg.function
-            assert function is not None and agg.column is not None
-            accs: dict[int, tuple[Any, ...]] = {}
-            values = batch.column(agg.column).to_pylist()
-            for group, step, value in zip(groups, steps, values, strict=True):
-                acc = accs.get(group)
-                if acc is None:
-                    row = stored[group]
-                    acc = function.init() if row is None else tuple(row[self._acc[i]])
-                accs[group] = (
-                    function.accumulate(acc, value) if step > 0 else function.retract(acc, value)
-                )
-            out[i] = accs
-        return out
-
-    # -- results ------------------------------------------------------------------------
-
-    def _finish(
-        self,
-        ctx: OperatorContext,
-        results: StateTable,
-        touched: _Touched,
-        stored: list[Row | None],
-        customs: dict[int, dict[int, tuple[Any, ...]]],
-    ) -> None:
-        """Write each touched group's new state and emit its result's change."""
-        out: dict[RowKind, list[Row]] = {k: [] for k in RowKind}
-        unknown = 0
-        deltas = {
-            n: touched.column(n) for n in touched.folded.column_names if not n.startswith("__g")
-        }
-        for group, (key, old) in enumerate(zip(touched.keys, stored, strict=True)):
-            rows = (0 if old is None else old[self._k]) + deltas["__s_sum"][group]
-            old_result = None if old is None else self._visible(self._result(old))
-            if rows <= 0:
-                unknown -= min(rows, 0)
-                if old is not None:
-                    results.delete(old)
-                if old_result is not None:
-                    out[RowKind.DELETE].append(old_result)
-                continue
-            new = (*key, rows, *self._accumulators(group, touched, deltas, old, customs))
-            if old is None:
-                results.insert(new)
-            elif new != old:
-                results.update(old, new)
-            new_result = self._visible(self._result(new))
-            if old_result is None:
-                if new_result is not None:
-                    out[RowKind.INSERT].append(new_result)
-            elif new_result is None:
-                out[RowKind.DELETE].append(old_result)
-            elif not _same(old_result, new_result):
-                out[RowKind.UPDATE_BEFORE].append(old_result)
-                out[RowKind.UPDATE_AFTER].append(new_result)
-        if unknown:
-            ctx.count(UNKNOWN, unknown)
-        # Groups are independent: each kind goes out as one batch, a group's
-        # -U before its +U.
-        for kind in (RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.INSERT):
-            rows_out = out[kind]
-            if rows_out:
-                columns = list(zip(*rows_out, strict=True))
-                ctx.emit_batch(
-                    [pa.array(list(c), f.type) for c, f in zip(columns, self.output, strict=True)],
-                    kind,
-                )
-
-    def _accumulators(
-        self,
-        group: int,
-        touched: _Touched,
-        deltas: dict[str, list[Any]],
-        old: Row | None,
-        customs: dict[int, dict[int, tuple[Any, ...]]],
-    ) -> list[Any]:
-        """A group's accumulators after the batch, flattened as stored."""
-        out: list[Any] = []
-        for i, agg in enumerate(self.aggregates):
-            acc: tuple[Any, ...] = () if old is None else tuple(old[self._acc[i]])
-            kind = agg.kind
-            if kind is Kind.COUNT_STAR:
-                continue
-            if kind in _SUMMED:
-                count = (acc[-1] if acc else 0) + deltas[f"__c{i}_sum"][group]
-                if kind is Kind.COUNT:
-                    out.append(count)
-                    continue
-                total = (acc[0] if acc else 0) + deltas[f"__v{i}_sum"][group]
-                # Without a non-null value left the sum is nothing, not the
-                # rounding a float sum kept of what was retracted.
-                out.extend((total if count else type(total)(), count))
-            elif kind in (Kind.MIN, Kind.MAX):
-                current = acc[0] if acc else None
-                if not self.changelog:
-                    how = "min" if kind is Kind.MIN else "max"
-                    out.append(_pick(kind, current, deltas[f"__v{i}_{how}"][group]))
-                    continue
-                rescanned, added = touched.extremes[i]
-                if group in rescanned:
-                    out.append(rescanned[group])
-                else:
-                    out.append(_pick(kind, current, added.get(group)))
-            elif kind is Kind.COUNT_DISTINCT:
-                out.append((acc[0] if acc else 0) + touched.distinct[i].get(group, 0))
-            else:
-                custom = customs[i].get(group)
-                out.extend(acc if custom is None else custom)
-        return out
-
-    def _result(self, state: Row) -> Row:
-        """The output row of a stored group state."""
-        values: list[Any] = list(state[: self._k])
-        for i, agg in enumerate(self.aggregates):
-            acc = state[self._acc[i]]
-            kind = agg.kind
-            if kind is Kind.COUNT_STAR:
-                values.append(state[self._k])
-            elif kind in (Kind.COUNT, Kind.COUNT_DISTINCT, Kind.MIN, Kind.MAX):
-                values.append(acc[0])
-            elif kind is Kind.SUM:
-                values.append(acc[0] if acc[1] else None)
-            elif kind is Kind.AVG:
-                values.append(acc[0] / acc[1] if acc[1] else None)
-            else:
-                assert agg.function is not None
-                values.append(agg.function.result(tuple(acc)))
-        return tuple(values)
-
-    def _visible(self, result: Row) -> Row | None:
-        """The result if the group passes ``having``, else ``None``."""
-        if self.having is None or self.having(dict(zip(self.output.names, result, strict=True))):
-            return result
-        return None
-
 
 def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[pa.Field]:
     """The stored accumulator of aggregate ``i``."""
@@ -526,15 +339,6 @@ def _sum_type(input_type: pa.DataType) -> pa.DataType:
     return pa.float64() if pa.types.is_floating(input_type) else pa.int64()
 
 
-def _pick(kind: Kind, current: Any, new: Any) -> Any:
-    """The min (or max) of two values, ``None`` meaning no value."""
-    if current is None:
-        return new
-    if new is None:
-        return current
-    return min(current, new) if kind is Kind.MIN else max(current, new)
-
-
 def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
     """The net change of a batch per distinct key of ``arrays`` (rows where
     ``keep`` holds), leaving out keys whose changes cancel."""
@@ -546,8 +350,3 @@ def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[R
     net = net.filter(pc.not_equal(net.column("__s_sum"), 0))
     entries = key_tuples([net.column(k) for k in keys], net.num_rows)
     return entries, net.column("__s_sum").to_pylist()
-
-
-def _same(a: Row, b: Row) -> bool:
-    """Equal results, a NaN equal to a NaN."""
-    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))

@@ -10,6 +10,7 @@ none but for a ``having`` filter.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,10 +19,44 @@ import pyarrow.compute as pc
 
 from operators._changelog import RowKind
 from operators._operator import OperatorContext
+from operators._relational import key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
-__all__ = ["finish_in_arrow"]
+__all__ = ["UNKNOWN", "Touched", "finish_in_arrow"]
+
+Row = tuple[Any, ...]
+
+
+class Touched:
+    """A batch's effect on its groups (by group index, in order of first
+    arrival): the folded batch, one row per group, and what the
+    materialized inputs found."""
+
+    def __init__(self, folded: pa.Table, groups: list[str]) -> None:
+        self.folded = folded
+        self._groups = groups
+        #: min/max over a changelog: per aggregate position, the new extreme
+        #: of each group that lost a value (found by a scan), and the extreme
+        #: of the values each other group gained (to merge with its stored one).
+        self.extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = {}
+        #: count(distinct): per aggregate position, group -> change of the count.
+        self.distinct: dict[int, dict[int, int]] = {}
+
+    @functools.cached_property
+    def keys(self) -> list[Row]:
+        """The group keys as tuples."""
+        return key_tuples([self.folded.column(g) for g in self._groups], self.folded.num_rows)
+
+    @functools.cached_property
+    def index(self) -> dict[Row, int]:
+        """Group key -> group index."""
+        return {k: i for i, k in enumerate(self.keys)}
+
+    def column(self, name: str) -> list[Any]:
+        """A folded column as a Python list."""
+        return pylists([self.folded.column(name)])[0]
+
 
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 #: Counter of retractions of rows a group does not hold.
