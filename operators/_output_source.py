@@ -112,9 +112,13 @@ def _parts(sink: ParquetSink, batch_ids: Sequence[int]) -> list[_Part]:
     return [_Part(b, f) for b in batch_ids for f in sink.committed_files(b)]
 
 
-def _read(path: str, part: _Part, schema: StructType) -> Iterator[pa.RecordBatch]:
+def _read(path: str, part: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
     """The rows of ``part`` with its batch id, in the reader's schema."""
     from pyspark.sql.pandas.types import to_arrow_schema
+
+    if not isinstance(part, _Part):
+        # Spark reads a table with no partitions as one InputPartition(None).
+        return
 
     target = to_arrow_schema(schema, timezone="UTC")
     table = ParquetSink(path).read_part(part.file)
@@ -164,7 +168,6 @@ class _TableReader(DataSourceReader):
         return _parts(sink, [b for b in sink.committed() if b >= self.options.starting_batch])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Part)
         return _read(self.options.path, partition, self.schema)
 
 
@@ -211,7 +214,6 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _parts(self.sink, [b for b in self.sink.committed() if low < b <= high])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Part)
         return _read(self.options.path, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:

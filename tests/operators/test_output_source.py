@@ -71,7 +71,8 @@ class TestCommits:
         a later batch does not change it."""
         sink = ParquetSink(str(tmp_path / "out"))
         assert sink.schema() is None
-        zoned = pa.schema([("at", pa.timestamp("ms", tz="Europe/Paris")), ("row_kind", pa.string())])
+        paris = pa.timestamp("ms", tz="Europe/Paris")
+        zoned = pa.schema([("at", paris), ("row_kind", pa.string())])
         _publish(sink, 0, schema=zoned)
         assert (tmp_path / "out" / SCHEMA_FILE).exists()
         written = sink.schema()
@@ -103,6 +104,17 @@ class TestTableRead:
         rows = sorted(tuple(r) for r in df.collect())
         assert rows == [(1, "+I", 0), (2, "+I", 0), (3, "+I", 1)]
         assert sorted(tuple(r) for r in sink.read(spark).collect()) == rows
+
+    def test_a_dataframe_given_to_the_sink_reads_back(self, spark: Any, tmp_path: Path) -> None:
+        """A batch handed to the sink as a DataFrame (the plain, unstaged path)
+        records the schema and reads back once committed."""
+        sink = ParquetSink(str(tmp_path / "out"))
+        df = spark.createDataFrame([(1, "+I"), (2, "-D")], "key long, row_kind string")
+        sink(df, 0)
+        assert sink.schema() == pa.schema([("key", pa.int64()), ("row_kind", pa.string())])
+        assert sink.read(spark).count() == 0
+        sink.commit(0)
+        assert sorted(tuple(r) for r in sink.read(spark).collect()) == [(1, "+I", 0), (2, "-D", 0)]
 
     def test_timestamps_read_in_utc(self, spark: Any, tmp_path: Path) -> None:
         """A timestamp written in another zone reads as the same instant."""
@@ -185,7 +197,8 @@ def _followed(root: Path) -> list[dict[str, Any]]:
 def _by_batch(rows: list[dict[str, Any]]) -> list[Counter[Row]]:
     out: dict[int, Counter[Row]] = {}
     for r in rows:
-        out.setdefault(r["batch"], Counter())[(r["row_kind"], r["key"], r["count"], r["total"])] += 1
+        row = (r["row_kind"], r["key"], r["count"], r["total"])
+        out.setdefault(r["batch"], Counter())[row] += 1
     return [out.get(i, Counter()) for i in range(max(out) + 1)] if out else []
 
 
