@@ -18,8 +18,8 @@ written once, and its result emitted only if it changed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -30,14 +30,13 @@ from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators._relational import check_names, key_tuples, pylists, signs
 from operators.aggregate._functions import Aggregate, Kind
+from operators.aggregate._results import UNKNOWN, finish_in_arrow
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["GroupAggregate"]
 
 Row = tuple[Any, ...]
 
-#: Counter of retractions of rows a group does not hold (Flink ignores them).
-UNKNOWN = "numRetractionsOfUnknownRows"
 
 _ROWS = "__rows"
 _VALUE = "__value"
@@ -45,21 +44,34 @@ _COUNT = "__n"
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 
 
-@dataclass
 class _Touched:
-    """A batch's effect on its groups, by group index."""
+    """A batch's effect on its groups (by group index, in order of first
+    arrival): the folded batch, one row per group, and what the
+    materialized inputs found."""
 
-    keys: list[Row]
-    index: dict[Row, int]
-    rows: list[int]
-    #: Per aggregate position: per group a value (a delta, a batch extreme).
-    deltas: dict[int, list[Any]] = field(default_factory=dict)
-    #: min/max over a changelog: per aggregate position, the new extreme of
-    #: each group that lost a value (found by a scan), and the extreme of the
-    #: values each other group gained (to merge with its stored one).
-    extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = field(default_factory=dict)
-    #: count(distinct): per aggregate position, group -> change of the count.
-    distinct: dict[int, dict[int, int]] = field(default_factory=dict)
+    def __init__(self, folded: pa.Table, groups: list[str]) -> None:
+        self.folded = folded
+        self._groups = groups
+        #: min/max over a changelog: per aggregate position, the new extreme
+        #: of each group that lost a value (found by a scan), and the extreme
+        #: of the values each other group gained (to merge with its stored one).
+        self.extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = {}
+        #: count(distinct): per aggregate position, group -> change of the count.
+        self.distinct: dict[int, dict[int, int]] = {}
+
+    @functools.cached_property
+    def keys(self) -> list[Row]:
+        """The group keys as tuples."""
+        return key_tuples([self.folded.column(g) for g in self._groups], self.folded.num_rows)
+
+    @functools.cached_property
+    def index(self) -> dict[Row, int]:
+        """Group key -> group index."""
+        return {k: i for i, k in enumerate(self.keys)}
+
+    def column(self, name: str) -> list[Any]:
+        """A folded column as a Python list."""
+        return pylists([self.folded.column(name)])[0]
 
 
 class GroupAggregate(Operator):
@@ -186,11 +198,24 @@ class GroupAggregate(Operator):
         sign = signs(batch, self.name, self.changelog)
         touched = self._fold(batch, sign)
         results = ctx.table("results")
-        stored = results.get_rows(touched.keys)
         for column, table_name in self._extremes.items():
             self._apply_extremes(ctx, ctx.table(table_name), batch, sign, column, touched)
         for column, table_name in self._distinct.items():
             self._apply_distinct(ctx.table(table_name), batch, sign, column, touched)
+        if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
+            finish_in_arrow(
+                ctx,
+                results,
+                touched.folded,
+                self.aggregates,
+                self.output,
+                touched.extremes,
+                touched.distinct,
+                self.changelog,
+                self.having,
+            )
+            return
+        stored = results.get_rows(touched.keys)
         customs = self._custom_accumulators(batch, sign, touched, stored)
         self._finish(ctx, results, touched, stored, customs)
 
@@ -219,18 +244,7 @@ class GroupAggregate(Operator):
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
-        keys = key_tuples([folded.column(g) for g in groups], folded.num_rows)
-        touched = _Touched(
-            keys, {k: i for i, k in enumerate(keys)}, folded.column("__s_sum").to_pylist()
-        )
-        for name, how in spec[1:]:
-            position = int(name[3:])
-            values = pylists([folded.column(f"{name}_{how}")])[0]
-            if name.startswith("__c"):
-                touched.deltas[-position - 1] = values  # non-null counts
-            else:
-                touched.deltas[position] = values
-        return touched
+        return _Touched(folded, groups)
 
     def _apply_extremes(
         self,
@@ -253,25 +267,36 @@ class GroupAggregate(Operator):
         ]
         entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
         added: dict[int, list[Any]] = {}
-        rescan: set[int] = set()
+        retracted: dict[int, list[Any]] = {}
         for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
             group = touched.index[entry[: self._k]]
             before = 0 if old is None else old[-1]
             self._write_count(ctx, table, entry, old, before + delta)
-            if delta < 0:
-                rescan.add(group)
-            else:
-                added.setdefault(group, []).append(entry[self._k])
+            into = retracted if delta < 0 else added
+            into.setdefault(group, []).append(entry[self._k])
+        # The stored extreme of each group that lost values: a group needs a
+        # scan only if it lost its extreme (or a value that is not beyond it).
+        lost = sorted(retracted)
+        stored = dict(
+            zip(lost, ctx.table("results").get_rows([touched.keys[g] for g in lost]), strict=True)
+        )
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
-            pick = min if agg.kind is Kind.MIN else max
+            is_min = agg.kind is Kind.MIN
+            at = self._acc[i].start
             rescanned: dict[int, Any] = {}
-            for group in rescan:
-                reverse = agg.kind is Kind.MAX
-                first = next(table.scan(touched.keys[group], reverse=reverse), None)
+            for group in lost:
+                row = stored[group]
+                current = None if row is None else row[at]
+                if current is not None and all(
+                    (v > current) if is_min else (v < current) for v in retracted[group]
+                ):
+                    continue
+                first = next(table.scan(touched.keys[group], reverse=not is_min), None)
                 rescanned[group] = None if first is None else first[self._k]
-            gained = {g: pick(v) for g, v in added.items() if g not in rescan}
+            pick = min if is_min else max
+            gained = {g: pick(v) for g, v in added.items() if g not in rescanned}
             touched.extremes[i] = (rescanned, gained)
 
     def _apply_distinct(
@@ -369,8 +394,11 @@ class GroupAggregate(Operator):
         """Write each touched group's new state and emit its result's change."""
         out: dict[RowKind, list[Row]] = {k: [] for k in RowKind}
         unknown = 0
+        deltas = {
+            n: touched.column(n) for n in touched.folded.column_names if not n.startswith("__g")
+        }
         for group, (key, old) in enumerate(zip(touched.keys, stored, strict=True)):
-            rows = (0 if old is None else old[self._k]) + touched.rows[group]
+            rows = (0 if old is None else old[self._k]) + deltas["__s_sum"][group]
             old_result = None if old is None else self._visible(self._result(old))
             if rows <= 0:
                 unknown -= min(rows, 0)
@@ -379,7 +407,7 @@ class GroupAggregate(Operator):
                 if old_result is not None:
                     out[RowKind.DELETE].append(old_result)
                 continue
-            new = (*key, rows, *self._accumulators(group, touched, old, customs))
+            new = (*key, rows, *self._accumulators(group, touched, deltas, old, customs))
             if old is None:
                 results.insert(new)
             elif new != old:
@@ -410,6 +438,7 @@ class GroupAggregate(Operator):
         self,
         group: int,
         touched: _Touched,
+        deltas: dict[str, list[Any]],
         old: Row | None,
         customs: dict[int, dict[int, tuple[Any, ...]]],
     ) -> list[Any]:
@@ -421,18 +450,19 @@ class GroupAggregate(Operator):
             if kind is Kind.COUNT_STAR:
                 continue
             if kind in _SUMMED:
-                count = (acc[-1] if acc else 0) + touched.deltas[-i - 1][group]
+                count = (acc[-1] if acc else 0) + deltas[f"__c{i}_sum"][group]
                 if kind is Kind.COUNT:
                     out.append(count)
                     continue
-                total = (acc[0] if acc else 0) + touched.deltas[i][group]
+                total = (acc[0] if acc else 0) + deltas[f"__v{i}_sum"][group]
                 # Without a non-null value left the sum is nothing, not the
                 # rounding a float sum kept of what was retracted.
                 out.extend((total if count else type(total)(), count))
             elif kind in (Kind.MIN, Kind.MAX):
                 current = acc[0] if acc else None
                 if not self.changelog:
-                    out.append(_pick(kind, current, touched.deltas[i][group]))
+                    how = "min" if kind is Kind.MIN else "max"
+                    out.append(_pick(kind, current, deltas[f"__v{i}_{how}"][group]))
                     continue
                 rescanned, added = touched.extremes[i]
                 if group in rescanned:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import KeyColumn, TableSchema
+from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators._relational import check_names, key_tuples, signs
@@ -106,6 +106,8 @@ class TopN(Operator):
                 [*(schema.field(n) for n in stored), pa.field(_COUNT, pa.int64(), nullable=False)],
                 [*partition_by, *order, *identity],
                 name="rows",
+                # A global top lives on one partition: its rows cannot move.
+                partition_by=None if partition_by else PartitionLocal(),
             )
         ]
 
@@ -124,18 +126,17 @@ class TopN(Operator):
             if delta:
                 changed.setdefault(row[: self._p], []).append(row)
         table = ctx.table("rows")
+        # The tops before the batch, of the partitions whose changes can reach them.
+        before: dict[Row, list[Row]] = {}
+        for partition, entries in changed.items():
+            top, boundary = self._top(table, partition)
+            if boundary is None or not all(self._after(table, e, boundary) for e in entries):
+                before[partition] = top
+        self._apply(ctx, table, [e for entries in changed.values() for e in entries], net)
         left: list[Row] = []
         entered: list[Row] = []
-        for partition, entries in changed.items():
-            before, boundary = self._top(table, partition)
-            if boundary is not None and all(
-                self._after(table, entry, boundary) for entry in entries
-            ):
-                self._apply(ctx, table, entries, net)
-                continue
-            self._apply(ctx, table, entries, net)
-            after, _ = self._top(table, partition)
-            old, new = Counter(before), Counter(after)
+        for partition, top in before.items():
+            old, new = Counter(top), Counter(self._top(table, partition)[0])
             left.extend((old - new).elements())
             entered.extend((new - old).elements())
         for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from encoding import Direction, KeyColumn, NullOrder
+from encoding import Direction, KeyColumn, NullOrder, PartitionLocal
 from operators import RowKind
 from operators.testing import Emitted, OperatorHarness
 from operators.topn import TopN
@@ -160,11 +160,14 @@ class TestOffsetAndOrder:
         assert last.process_rows(rows) == [(INS, ("a", 2, 2))]
 
     def test_global_top(self, make: Callable[..., OperatorHarness]) -> None:
-        """Without a partition key there is one top over every row."""
+        """Without a partition key there is one top over every row, and its
+        state is marked as not to be repartitioned."""
         h = make(["score", KeyColumn("id", Direction.DESC)], 2)
         out = h.process_rows([("a", 1, 1), ("b", 1, 2), ("c", 0, 3)])
         assert changes(out) == {(INS, ("c", 0, 3)), (INS, ("b", 1, 2))}
         assert h.operator.key_columns == ()
+        # relstate repartition refuses to spread the one top over partitions.
+        assert isinstance(h.operator.tables[0].partition_by, PartitionLocal)
 
 
 class TestState:
