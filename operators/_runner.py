@@ -487,6 +487,9 @@ class _Driver:
             # Spark committed it. Running it again would commit new attempts
             # of a version that already has winners.
             self._record_winners(done)
+            commit = getattr(self.sink, "commit", None)  # the driver died before the sink's commit
+            if commit is not None:
+                commit(batch_id)
             self.log.info("relstate.batch_already_recorded", batch_id=batch_id)
             return
         previous = self.previous(batch_id)
@@ -500,6 +503,9 @@ class _Driver:
         # it, are for readers that load a version without naming a commit.
         self._write_record(record)
         self._record_winners(record)
+        commit = getattr(self.sink, "commit", None)
+        if commit is not None:
+            commit(batch_id)
         self.history.append(record)
         self.log.info(
             "relstate.batch",

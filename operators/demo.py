@@ -228,6 +228,10 @@ class _Progress:
             os.kill(os.getpid(), 9)
         print(f"  {self.line(batch_id, time.perf_counter() - self.started)}", flush=True)
 
+    def commit(self, batch_id: int) -> None:
+        """The runner recorded the batch: commit it in the sink, for readers."""
+        self.sink.commit(batch_id)
+
     def line(self, batch_id: int, elapsed: float) -> str:
         """The progress line once batch ``batch_id`` is done."""
         done = batch_id + 1
