@@ -224,7 +224,6 @@ def run_fk_join(
     store_config: StoreConfig | None = None,
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
-    log_level: int | None = None,
     state_location: str | None = None,
     progress: Progress | None = None,
 ) -> RelstateQuery:
@@ -263,7 +262,6 @@ def run_fk_join(
         query_name=query_name,
         state_location=state_location,
         progress=progress,
-        log_level=log_level,
     )
 
 

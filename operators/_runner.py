@@ -29,7 +29,6 @@ from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import structlog
 
 from operators._changelog import ROW_KIND, RowKind
 from operators._journal import BatchRecord, Journal, QueryShape, StageShape
@@ -51,7 +50,7 @@ from operators._spark_task import (
 from operators._task import output_schema
 from operators._watermark import StageInputs, Watermark, query_watermark, stage_watermarks
 from operators.errors import InputError, RunnerError
-from statestore import StoreConfig, fault, redact
+from statestore import StoreConfig, current_log_config, fault, get_logger, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -128,7 +127,7 @@ class _Driver:
             )
             for st in pipeline.stages
         ]
-        self.log = structlog.get_logger("relstate").bind(stages=[p.operator.name for p in plans])
+        self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -563,7 +562,6 @@ def start(
     query_name: str | None = None,
     state_location: str | None = None,
     progress: Progress | None = None,
-    log_level: int | None = None,
 ) -> RelstateQuery:
     """Start the streaming query of ``pipeline`` (see :meth:`Pipeline.start`)."""
     from pyspark.sql import functions as F
@@ -628,7 +626,7 @@ def start(
                 event_times=event_times,
                 store=config,
                 index=len(plans),
-                log_level=log_level,
+                log=current_log_config(),
             )
         )
     journal.bind_shape(QueryShape(tuple(shapes), partitions))
@@ -675,7 +673,6 @@ def run_operator(
     store_config: StoreConfig | None = None,
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
-    log_level: int | None = None,
     state_location: str | None = None,
     progress: Progress | None = None,
 ) -> RelstateQuery:
@@ -698,8 +695,8 @@ def run_operator(
     ``{"availableNow": True}``, ``{"once": True}``); ``query_name`` names the
     query (and its jobs in the Spark UI). ``progress`` is called with each
     finished batch's summary (default: one line on stderr when it is a
-    terminal). ``log_level`` (a ``logging`` level) filters relstate's log
-    events in the Python workers.
+    terminal). relstate's log events follow :func:`statestore.configure_logging`
+    (or ``RELSTATE_LOG``) on the driver, in the Python workers too.
     """
     frames: list[DataFrame] = [inputs] if not isinstance(inputs, Sequence) else list(inputs)
     if len(frames) != len(operator.inputs):
@@ -729,5 +726,4 @@ def run_operator(
         query_name=query_name,
         state_location=state_location,
         progress=progress,
-        log_level=log_level,
     )

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import structlog
 
 from operators._changelog import ROW_KIND
 from operators._operator import Operator
@@ -30,7 +29,7 @@ from operators._sinks import StagedSink
 from operators._task import BatchRun, output_schema, state_metrics, state_tables
 from operators._watermark import max_event_time
 from operators.errors import InputError
-from statestore import LockHeldError, StateStore, StoreConfig, fault
+from statestore import LockHeldError, LogConfig, StateStore, StoreConfig, apply_log_config, fault
 
 __all__ = [
     "META",
@@ -77,9 +76,9 @@ class StagePlan:
     store: StoreConfig
     #: The stage's place in the pipeline (0: the first).
     index: int = 0
-    #: The least level of relstate's log events in the Python workers, which
-    #: do not share the driver's structlog configuration (``None``: leave it).
-    log_level: int | None = None
+    #: The driver's log configuration, which the Python workers (processes
+    #: of their own) take on.
+    log: LogConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -120,8 +119,7 @@ def run_task(
 
         context = TaskContext.get()
         assert context is not None
-        if plan.log_level is not None:
-            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(plan.log_level))
+        apply_log_config(plan.log)
         partition = context.partitionId()
         schema = task_schema(plan.operator)
         store = open_store(plan, partition, context.attemptNumber())

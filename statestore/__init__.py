@@ -7,6 +7,14 @@ from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._faults import ENV_VAR as FAULT_ENV_VAR
 from statestore._faults import fault
 from statestore._filesystems import S3_OPTIONS, filesystem_for, redact
+from statestore._log import (
+    LogConfig,
+    apply_log_config,
+    capture_events,
+    configure_logging,
+    current_log_config,
+    get_logger,
+)
 from statestore._manifest import Manifest
 from statestore._memory import MemoryBackend
 from statestore._memtable import KeyOp, MemTable, OpKind
@@ -27,6 +35,7 @@ from statestore.errors import (
     InconsistencyError,
     InvalidVersionError,
     LockHeldError,
+    LogConfigError,
     StateStoreError,
     StoreStateError,
     VersionNotFoundError,
@@ -51,6 +60,8 @@ __all__ = [
     "KeyOp",
     "LoadInfo",
     "LockHeldError",
+    "LogConfig",
+    "LogConfigError",
     "Manifest",
     "MemTable",
     "MemoryBackend",
@@ -68,8 +79,13 @@ __all__ = [
     "VersionNotFoundError",
     "WinnerConflictError",
     "WriteOp",
+    "apply_log_config",
+    "capture_events",
+    "configure_logging",
+    "current_log_config",
     "fault",
     "filesystem_for",
+    "get_logger",
     "read_changelogs",
     "redact",
     "remove_orphaned_caches",

@@ -15,7 +15,6 @@ from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
-import structlog
 
 from encoding import (
     CellCodec,
@@ -26,6 +25,7 @@ from encoding import (
     ValueLayout,
     prefix_successor,
 )
+from statestore._log import get_logger
 from statestore._memtable import UNTOUCHED, KeyOp, MemTable, OpKind
 from statestore._typing import KVBackend, WriteOp
 from statestore.errors import EpochError, InconsistencyError
@@ -108,7 +108,7 @@ class StateTable:
         # Every cell a row may have: one per value column, and the marker cell of
         # a row written while the table had no value columns.
         self._suffixes = (*(i.to_bytes(2, "big") for i in schema.value_indices), b"\xff\xff")
-        self._log = (logger or structlog.get_logger("relstate")).bind(table=schema.name)
+        self._log = (logger or get_logger(__name__)).bind(table=schema.name)
         self._strict = self.consistency is ConsistencyMode.STRICT
         self._verify_at_commit = self.consistency is ConsistencyMode.RELAXED
         self._n_key = len(schema.primary_key)
