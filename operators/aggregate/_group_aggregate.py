@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
 from operators._operator import Operator, OperatorContext
-from operators._relational import check_names, key_tuples, signs
+from operators._relational import Pending, check_names, key_tuples, signs
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
 from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow
@@ -95,6 +95,7 @@ class GroupAggregate(Operator):
         self.having = having
         self.changelog = changelog
         self.inputs = [schema]
+        self._pending = Pending()
         self._k = len(group_by)
         key_fields = [schema.field(k) for k in group_by]
         input_types = [
@@ -159,10 +160,21 @@ class GroupAggregate(Operator):
 
     # -- a batch ------------------------------------------------------------------------
 
+    def open(self, ctx: OperatorContext) -> None:
+        """A micro-batch begins: nothing gathered yet."""
+        self._pending.start(ctx)
+
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        """Fold the batch per group, update the state of each group it
+        """Check a chunk of the micro-batch's rows and gather it: the batch
+        is folded as a whole at :meth:`close`."""
+        signs(batch, self.name, self.changelog)  # bad row kinds fail here
+        self._pending.add(ctx, batch)
+
+    def close(self, ctx: OperatorContext) -> None:
+        """Fold the micro-batch per group, update the state of each group it
         touched once, and emit the results that changed."""
-        if not batch.num_rows:
+        batch = self._pending.take(ctx)
+        if batch is None:
             return
         sign = signs(batch, self.name, self.changelog)
         touched = self._fold(batch, sign)

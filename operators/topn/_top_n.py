@@ -26,7 +26,7 @@ import pyarrow as pa
 from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import check_names, key_tuples, signs
+from operators._relational import Pending, check_names, key_tuples, signs
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["TopN"]
@@ -89,6 +89,7 @@ class TopN(Operator):
         self.with_ties = with_ties
         self.inputs = [schema]
         self.output = schema
+        self._pending = Pending()
         taken = {*partition_by, *order_names}
         rest = [n for n in schema.names if n not in taken]
         identity = rest if row_key is None else [n for n in row_key if n not in taken]
@@ -111,10 +112,21 @@ class TopN(Operator):
             )
         ]
 
+    def open(self, ctx: OperatorContext) -> None:
+        """A micro-batch begins: nothing gathered yet."""
+        self._pending.start(ctx)
+
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        """Fold the batch per row and partition, apply it, and emit each
-        touched partition's change of its top."""
-        if not batch.num_rows:
+        """Check a chunk of the micro-batch's rows and gather it: the batch
+        is folded as a whole at :meth:`close`."""
+        signs(batch, self.name, True)  # bad row kinds fail here
+        self._pending.add(ctx, batch)
+
+    def close(self, ctx: OperatorContext) -> None:
+        """Fold the micro-batch per row and partition, apply it, and emit
+        each touched partition's change of its top."""
+        batch = self._pending.take(ctx)
+        if batch is None:
             return
         steps = signs(batch, self.name, True).to_pylist()
         rows = key_tuples([batch.column(n) for n in self._stored], batch.num_rows)

@@ -102,9 +102,11 @@ class Partitioned:
             parts[partition_of(key, len(self.harnesses))].append((kind, row))
         out: list[Emitted] = []
         for harness, part in zip(self.harnesses, parts, strict=True):
+            n = len(harness.output)
             if part:
-                out += harness.process_batch(as_batch(part))
-            harness.commit()
+                harness.process_batch(as_batch(part))
+            harness.commit()  # the operators emit at the end of a batch
+            out += harness.output[n:]
         return out
 
     def close(self) -> None:
