@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import structlog
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BooleanType, StructField, StructType
 
@@ -246,7 +244,6 @@ class _Sides:
                 sink=ParquetSink(str(work / "output")),
                 watermarks={0: Watermark("ts", self.delay_ms)},
                 trigger={"availableNow": True},
-                log_level=logging.WARNING,
             )
         )
         return seconds, query, sum(int(h["metrics"]["numOutputRows"]) for h in query.history)
@@ -299,7 +296,6 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
     rows, keys = rows * scale, keys * scale
     kinds = [c for c in _COMPARISONS if scale == 1 or c[0] != "first"]
     delay_ms = (keys // n) * _STEP_MS * 3 // 2
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     progress("starting Spark")
     spark = local_spark("relstate-bench-dedup", {"spark.sql.shuffle.partitions": str(_PARTITIONS)})
     try:
