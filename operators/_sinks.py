@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from statestore._filesystems import filesystem_for
+from statestore import filesystem_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -16,7 +16,6 @@ log of every change and recomputes the result over the live rows of the log
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -180,7 +179,6 @@ class Sides:
             checkpoint=str(work / "checkpoint"),
             sink=ParquetSink(str(work / "output")),
             trigger={"availableNow": True},
-            log_level=logging.WARNING,
         )
         query.awaitTermination()
         seconds = time.perf_counter() - began

@@ -15,13 +15,10 @@ groups (append); relstate's output, materialised, is the recomputed table
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import structlog
 
 from operators._bench.relational_workload import (
     APPEND,
@@ -87,7 +84,6 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
     initial, changes, batches = (2_000, 400, 3) if quick else (200_000, 25_000, 5)
     groups = 200 if quick else 20_000
     repeats = 1 if quick else REPEATS
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     progress("starting Spark")
     spark = local_spark(
         "relstate-bench-aggregate", {"spark.sql.shuffle.partitions": str(PARTITIONS)}

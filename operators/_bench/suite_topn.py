@@ -5,13 +5,10 @@ is checked: relstate's output, materialised, is the baseline's last table."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import structlog
 
 from encoding import Direction, KeyColumn
 from operators._bench.relational_workload import (
@@ -51,7 +48,6 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         else [(100_000, 20_000, 5, 2_000), (1_000_000, 20_000, 5, 20_000)]
     )
     repeats = 1 if quick else REPEATS
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     progress("starting Spark")
     spark = local_spark("relstate-bench-topn", {"spark.sql.shuffle.partitions": str(PARTITIONS)})
     comparisons: list[Comparison] = []
