@@ -11,6 +11,7 @@ query's state for a new partition count.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -294,6 +295,13 @@ def _bench_suite(args: argparse.Namespace) -> int:
 
     def progress(message: str) -> None:
         print(f"relstate bench --suite {args.suite}: {message} ...", file=sys.stderr, flush=True)
+
+    if args.scale != 1 and "scale" not in inspect.signature(run).parameters:
+        print(
+            f"relstate bench: suite {args.suite!r} runs at one size only (no --scale)",
+            file=sys.stderr,
+        )
+        return 2
 
     # Before the suite starts Spark: the load of other work, not the suite's own.
     machine = Machine.current()
