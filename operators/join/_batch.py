@@ -133,6 +133,10 @@ class BatchTable:
         rows: list[Row] = list(zip(*columns, strict=True)) if columns else []
         at = self._key_indices[: self._prefix_len]
         encode, found, before, now = self._encode, self._prefixes, self._before, self._now
+        # Each row's key bytes, by its key values, for the writes to come.
+        indices, encoded = self._key_indices, self._encoded
+        for key, row in zip(keys, rows, strict=True):
+            encoded[tuple([row[i] for i in indices])] = key
         # The lists this read fills: those of ``wanted``, and those it
         # starts. A list that was there before holds its join key whole.
         fresh: set[bytes] = set() if wanted is None else set(wanted)
