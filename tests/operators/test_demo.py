@@ -12,8 +12,12 @@ from typing import Any
 import pytest
 
 from operators.demo import (
+    CUSTOMERS,
+    ORDERS,
     DemoConfig,
     _Progress,
+    _table,
+    build_pipeline,
     check_java,
     expected_tables,
     generate,
@@ -23,6 +27,7 @@ from operators.demo import (
     write_batches,
 )
 from operators.errors import RunnerError
+from operators.testing import PipelineHarness
 
 pytestmark = pytest.mark.spark
 
@@ -209,8 +214,6 @@ class TestExpectedTables:
             ("c4", "smb", 9, "+U"),
             *[(f"d{i}", "retail", 10, "+I") for i in range(4)],
         ]
-        from operators.demo import CUSTOMERS, ORDERS, _table
-
         write_batches(tmp_path / "orders", [_table(ORDERS, orders)], "orders")
         write_batches(tmp_path / "customers", [_table(CUSTOMERS, customers)], "customers")
         segments, top = expected_tables(spark, tmp_path)
@@ -222,3 +225,44 @@ class TestExpectedTables:
             ("USD", "d3", "retail", 1, 53),
             ("USD", "d2", "retail", 1, 52),
         ]
+
+
+class TestDemoPipeline:
+    def test_harness_run_equals_the_tables_computed_directly(self) -> None:
+        """The demo's pipeline run record at a time (4 partitions, Spark's
+        routing) over the generated changelogs: its two materialised outputs
+        equal revenue per segment and the top 5 customers computed directly
+        from the final orders and customers."""
+        config = DemoConfig(batches=3, orders_per_batch=400, customers=40, seed=3)
+        pipeline, segments, top = build_pipeline(ORDERS, CUSTOMERS)
+        outputs: dict[str, list[dict[str, Any]]] = {segments.name: [], top.name: []}
+        orders: dict[int, tuple[str, int]] = {}
+        customers: dict[str, str] = {}
+        with PipelineHarness(pipeline, 4) as harness:
+            for order_changes, customer_changes in generate(config):
+                out = harness.run_batch({"orders": order_changes, "customers": customer_changes})
+                for name, rows in outputs.items():
+                    rows.extend(out[name].to_pylist())
+                for c in customer_changes.to_pylist():
+                    if c["row_kind"] in ("+I", "+U"):
+                        customers[c["customer"]] = c["segment"]
+                for o in order_changes.to_pylist():
+                    if o["row_kind"] in ("+I", "+U"):
+                        orders[o["order_id"]] = (o["customer"], o["amount"])
+                    else:
+                        del orders[o["order_id"]]
+        per_segment: dict[str, tuple[int, int]] = {}
+        per_customer: dict[str, tuple[int, int]] = {}
+        for customer, amount in orders.values():
+            if customer not in customers:
+                continue
+            for table, key in ((per_segment, customers[customer]), (per_customer, customer)):
+                count, total = table.get(key, (0, 0))
+                table[key] = (count + 1, total + amount)
+        ranked = sorted(per_customer.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
+        assert materialise(outputs[segments.name], ["c_segment", "orders", "revenue"]) == sorted(
+            (s, n, r) for s, (n, r) in per_segment.items()
+        )
+        assert materialise(
+            outputs[top.name], ["o_currency", "c_customer", "c_segment", "orders", "revenue"]
+        ) == sorted(("USD", c, customers[c], n, r) for c, (n, r) in ranked)
