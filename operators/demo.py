@@ -186,8 +186,10 @@ def generate(config: DemoConfig) -> list[tuple[pa.Table, pa.Table]]:
     rng = random.Random(config.seed)
     names = [f"customer-{i:04d}" for i in range(config.customers)]
     waiting = rng.sample(names, len(names))
+    # Nine in ten customers in batch 0, the others spread over the later batches.
     first = max(1, len(names) * 9 // 10)
     later = -(-(len(names) - first) // max(1, config.batches - 1))
+    movers = max(1, len(names) // 20)  # customers changing segment per batch
     segment: dict[str, str] = {}
     live: dict[int, tuple[str, int]] = {}
     next_id, seq = 0, 0
@@ -195,19 +197,15 @@ def generate(config: DemoConfig) -> list[tuple[pa.Table, pa.Table]]:
     for number in range(config.batches):
         people: list[tuple[str, str, int, str]] = []
         if number:
-            for customer in rng.sample(
-                sorted(segment), min(len(segment), max(1, len(names) // 20))
-            ):
+            for customer in rng.sample(sorted(segment), min(len(segment), movers)):
                 old = segment[customer]
                 new = rng.choice([s for s in SEGMENTS if s != old])
                 segment[customer] = new
                 people.append((customer, old, seq, "-U"))
                 people.append((customer, new, seq + 1, "+U"))
                 seq += 2
-        arriving, waiting = (
-            waiting[: first if not number else later],
-            waiting[first if not number else later :],
-        )
+        count = later if number else first
+        arriving, waiting = waiting[:count], waiting[count:]
         for customer in arriving:
             segment[customer] = rng.choice(SEGMENTS)
             people.append((customer, segment[customer], seq, "+I"))
