@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from operators._spark_hash import spark_partition
 
 from operators import RowKind
+from operators._spark_hash import spark_partition
 from operators.testing import Emitted, OperatorHarness
 
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("w", pa.string()), ("id", pa.int64())])
