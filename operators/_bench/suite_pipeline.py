@@ -22,7 +22,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -424,12 +424,21 @@ def _jobs_reading(run: _Run) -> str:
     return "; ".join(parts)
 
 
-def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
+def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1) -> SuiteResult:
     """Time both variants on the same files, alternating, in one session;
-    check every run's result; count the Spark jobs of each batch."""
+    check every run's result; count the Spark jobs of each batch. ``scale``
+    multiplies the tables and the changes per batch (not the batches)."""
     from operators._spark import local_spark
 
     plan = QUICK if quick else FULL
+    if scale != 1:
+        plan = replace(
+            plan,
+            customers=plan.customers * scale,
+            orders=plan.orders * scale,
+            order_changes=plan.order_changes * scale,
+            moves=plan.moves * scale,
+        )
     progress("writing the changes")
     data = workload(plan)
     inputs = workdir / "input"
