@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import sqlite3
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators import RowKind
+from operators._spark_hash import spark_partition
 from operators.testing import Emitted, OperatorHarness
 
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("w", pa.string()), ("id", pa.int64())])
@@ -69,11 +69,6 @@ def changelog(
     return out
 
 
-def partition_of(key: Row, partitions: int) -> int:
-    """The partition of a key tuple (any hash will do: equal keys meet)."""
-    return zlib.crc32(repr(key).encode()) % partitions
-
-
 def apply_input(rows: Counter[Row], batch: Iterable[Change]) -> None:
     """Materialise input changes into a multiset of rows."""
     for kind, row in batch:
@@ -93,18 +88,19 @@ def as_batch(changes: Sequence[Change]) -> pa.RecordBatch:
 
 class Partitioned:
     """One harness per partition; a batch's rows go to the partition of
-    their key, as the runner's repartition sends them."""
+    their key, as the runner's repartition sends them (Spark's hash)."""
 
     def __init__(self, make: Any, key: Sequence[str], partitions: int) -> None:
         self.harnesses = [OperatorHarness(make()) for _ in range(partitions)]
         self._key = [SCHEMA.names.index(k) for k in key]
+        self._types = [SCHEMA.field(k).type for k in key]
 
     def run(self, changes: Sequence[Change]) -> list[Emitted]:
         """Process a batch on every partition, commit, and return all output."""
         parts: list[list[Change]] = [[] for _ in self.harnesses]
         for kind, row in changes:
             key = tuple(row[i] for i in self._key)
-            parts[partition_of(key, len(self.harnesses))].append((kind, row))
+            parts[spark_partition(key, self._types, len(self.harnesses))].append((kind, row))
         out: list[Emitted] = []
         for harness, part in zip(self.harnesses, parts, strict=True):
             n = len(harness.output)
