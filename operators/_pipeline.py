@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from operators._changelog import ROW_KIND
 from operators._operator import Operator
-from operators._watermark import DELAY_KEY, Watermark
+from operators._watermark import DELAY_KEY, StageInputs, Watermark
 from operators.errors import InputError
 
 if TYPE_CHECKING:
@@ -273,13 +273,17 @@ class Pipeline:
             if inp.stream.is_stage == stream.is_stage and inp.stream.index == stream.index
         ]
 
-    def check_complete(self, output: Stream) -> None:
+    def check_complete(self, outputs: Sequence[Stream]) -> None:
         """Refuse a pipeline that cannot run: no stage, an output that is not
-        a stage's, a source or stage whose rows go nowhere."""
+        a stage's (or is given twice), a source or stage whose rows go nowhere."""
         if not self.stages:
             raise InputError("a pipeline needs at least one stage")
-        if not isinstance(output, Stream) or output.pipeline is not self or not output.is_stage:
-            raise InputError("the pipeline's output must be one of its stages' streams")
+        for output in outputs:
+            if not isinstance(output, Stream) or output.pipeline is not self or not output.is_stage:
+                raise InputError("the pipeline's outputs must be its stages' streams")
+        indices = [o.index for o in outputs]
+        if len(set(indices)) != len(indices):
+            raise InputError("a stage's stream is given as an output twice; give it once")
         for index, source in enumerate(self.sources):
             if not any(
                 not i.stream.is_stage and i.stream.index == index
@@ -288,26 +292,33 @@ class Pipeline:
             ):
                 raise InputError(f"source {source.name!r} is read by no stage")
         for index, stage in enumerate(self.stages):
-            if index != output.index and not any(
+            if index not in indices and not any(
                 i.stream.is_stage and i.stream.index == index for s in self.stages for i in s.inputs
             ):
                 raise InputError(
                     f"the output of stage {stage.name!r} goes nowhere: read it in a later "
-                    "stage or make it the pipeline's output"
+                    "stage or make it one of the pipeline's outputs"
                 )
+
+    def watermark_delays(self) -> dict[str, int]:
+        """Each watermarked source's delay (ms), by source name."""
+        return {s.name: s.watermark.delay_ms for s in self.sources if s.watermark is not None}
+
+    def watermark_inputs(self) -> list[StageInputs]:
+        """The stages as the watermark rule sees them: each operator and where
+        its inputs come from (a source's name, or an earlier stage's index)."""
+        return [
+            StageInputs(
+                stage.operator,
+                [i.stream.index if i.stream.is_stage else i.stream.name for i in stage.inputs],
+            )
+            for stage in self.stages
+        ]
 
     def sequenced(self, stage: Stage) -> list[str | None]:
         """The column ordering each input of ``stage`` (the stream's own, else
         the stage's), ``None`` where it has none."""
         return [i.stream.sequence or stage.sequence for i in stage.inputs]
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Executors get the stages, never the DataFrames.
-        state = dict(self.__dict__)
-        state["sources"] = [
-            Source(s.name, None, s.schema, s.changelog, s.watermark) for s in self.sources
-        ]
-        return state
 
     # -- running ------------------------------------------------------------------------
 
@@ -322,9 +333,12 @@ class Pipeline:
         query_name: str | None = None,
         state_location: str | None = None,
         progress: Progress | None = None,
+        more_outputs: Sequence[tuple[Stream, BatchSink]] = (),
     ) -> RelstateQuery:
         """Start the streaming query that runs the pipeline; ``output``'s rows
-        (with ``row_kind``) go to ``sink`` each batch. See
+        (with ``row_kind``) go to ``sink`` each batch, and each further
+        ``(stream, sink)`` of ``more_outputs`` likewise, all written before the
+        batch is recorded and committed after. See
         :func:`operators.run_operator` for the other arguments."""
         from operators._runner import start
 
@@ -339,6 +353,7 @@ class Pipeline:
             query_name=query_name,
             state_location=state_location,
             progress=progress,
+            more_outputs=more_outputs,
         )
 
 

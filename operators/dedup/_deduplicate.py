@@ -102,18 +102,18 @@ class Deduplicate(Operator):
     ) -> None:
         check_columns(schema, key, "key")
         if keep not in ("first", "last"):
-            raise ValueError(f"keep is 'first' or 'last', got {keep!r}")
+            raise InputError(f"keep is 'first' or 'last', got {keep!r}")
         if order_by is not None:
             check_columns(schema, [order_by], "order_by")
         if sequence_column is not None:
             check_columns(schema, [sequence_column], "sequence")
         if changelog and (keep == "first" or order_by is not None):
-            raise ValueError(
+            raise InputError(
                 "a changelog input is deduplicated keeping the last row on processing time "
                 "only (Flink's processLastRowOnChangelog); use keep='last' and order_by=None"
             )
         if state_ttl_ms is not None and state_ttl_ms <= 0:
-            raise ValueError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
+            raise InputError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
         self.name = name
         self.key = list(key)
         self.keep_last = keep == "last"

@@ -60,7 +60,7 @@ class TestBuildErrors:
 
     def test_arity_names_and_completeness(self) -> None:
         """Wrong input counts, a stage name used twice, an output that is not a
-        stage, and a source no stage reads are each refused."""
+        stage or is given twice, and a source no stage reads are each refused."""
         pipeline = Pipeline()
         stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
         with pytest.raises(InputError, match="takes 1 input"):
@@ -68,11 +68,24 @@ class TestBuildErrors:
         first = pipeline.stage(RunningAggregate(), stream, keys=["key"])
         with pytest.raises(InputError, match="named 'running_aggregate' already"):
             pipeline.stage(RunningAggregate(), stream, keys=["key"])
-        with pytest.raises(InputError, match="must be one of its stages"):
-            pipeline.check_complete(stream)
+        with pytest.raises(InputError, match="must be its stages' streams"):
+            pipeline.check_complete([stream])
+        with pytest.raises(InputError, match="as an output twice"):
+            pipeline.check_complete([first, first])
         pipeline.source(pa.schema([("x", pa.int64())]), "unused")
         with pytest.raises(InputError, match="'unused' is read by no stage"):
-            pipeline.check_complete(first)
+            pipeline.check_complete([first])
+
+    def test_every_stage_feeds_a_stage_or_is_an_output(self) -> None:
+        """A stage read by no later stage must be one of the outputs; with
+        several outputs, each such stage may be one."""
+        pipeline = Pipeline()
+        stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
+        first = pipeline.stage(RunningAggregate(), stream, keys=["key"])
+        second = pipeline.stage(RunningAggregate(name="second"), stream, keys=["key"])
+        with pytest.raises(InputError, match="'second' goes nowhere"):
+            pipeline.check_complete([first])
+        pipeline.check_complete([first, second])
 
     def test_event_time_and_sequence_columns(self) -> None:
         """A watermark on a missing column and a sequence column that is not
@@ -182,3 +195,18 @@ def test_operator_harness_run_batch_judges_late_rows_against_the_previous_waterm
         harness.run_batch([(0, batch)], watermark=10)
         harness.run_batch([(0, batch)], watermark=20)
     assert seen == [(10, None), (20, 10)]
+
+
+def test_append_join_passes_on_its_state_watermark() -> None:
+    """AppendJoin's output watermark is the least of its sides' state
+    watermarks: with right.ts between left.ts - 10 s and left.ts + 5 s, a left
+    row waits 5 s (and Spark's 1 ms), a right row 10 s."""
+    from operators.join import AppendJoin, TimeRange
+
+    left = pa.schema([("k", pa.int64()), ("lt", pa.timestamp("us", tz="UTC"))])
+    right = pa.schema([("k", pa.int64()), ("rt", pa.timestamp("us", tz="UTC"))])
+    join = AppendJoin(
+        left, right, ["k"], ["k"], "lt", "rt", TimeRange(10_000, 5_000), right_prefix="r_"
+    )
+    assert join.output_watermark(None) is None
+    assert join.output_watermark(100_000) == 100_000 - 10_000 - 1
