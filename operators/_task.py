@@ -10,13 +10,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import structlog
 
 from encoding import PartitionLocal, TableSchema
 from operators._changelog import ROW_KIND, RowKind, kind_symbols
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
-from statestore import StateTable
+from statestore import StateTable, get_logger
 
 __all__ = ["TIMERS", "BatchRun", "check_input", "output_schema", "state_metrics", "state_tables"]
 
@@ -110,7 +109,7 @@ class BatchRun(OperatorContext):
             int(time.time() * 1000) if processing_time is None else processing_time
         )
         self.metrics: dict[str, int] = {}
-        self.log = (log or structlog.get_logger("relstate")).bind(
+        self.log = (log or get_logger(__name__)).bind(
             operator=operator.name, batch_id=batch_id, partition=partition_id
         )
         self._kinds: list[str] = []

@@ -167,26 +167,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_logs() -> None:
-    """Send relstate's log events to stderr, warnings and errors only: the
-    command's own output goes to stdout."""
-    import logging
-
-    import structlog
-
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
-
-
 def _inspect(args: argparse.Namespace) -> int:
     from operators._inspect import describe, rows
     from operators._state_location import StateLocation
     from operators.errors import InputError
     from statestore import StateStoreError
 
-    _quiet_logs()
+    # relstate's log events go to stderr, warnings and errors only unless
+    # RELSTATE_LOG asks for more (statestore._log): stdout is the command's.
     try:
         location = StateLocation(args.checkpoint)
         if args.table is None and args.partition is None:
@@ -208,7 +196,6 @@ def _repartition(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"relstate repartition: {message}", file=sys.stderr, flush=True)
 
-    _quiet_logs()
     try:
         result = repartition(args.checkpoint, args.partitions, progress=progress, force=args.force)
     except (InputError, StateStoreError) as exc:

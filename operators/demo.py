@@ -243,6 +243,9 @@ def run_demo(config: DemoConfig) -> bool:
     check_java()
     import structlog
 
+    # relstate's own events are quiet unless RELSTATE_LOG asks (statestore._log);
+    # this quiets only the runner driver's events, which still go through
+    # structlog's global configuration until the runner takes get_logger.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     root = config.directory.resolve()
     source, output = root / "source", root / "output"

@@ -4,6 +4,14 @@ store that versions and checkpoints them."""
 from statestore._caches import remove_orphaned_caches
 from statestore._checkpoint import PartitionCheckpoint
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
+from statestore._log import (
+    LogConfig,
+    apply_log_config,
+    capture_events,
+    configure_logging,
+    current_log_config,
+    get_logger,
+)
 from statestore._memory import MemoryBackend
 from statestore._memtable import KeyOp, MemTable, OpKind
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
@@ -21,6 +29,7 @@ from statestore.errors import (
     InconsistencyError,
     InvalidVersionError,
     LockHeldError,
+    LogConfigError,
     StateStoreError,
     StoreStateError,
     VersionNotFoundError,
@@ -43,6 +52,8 @@ __all__ = [
     "KeyOp",
     "LoadInfo",
     "LockHeldError",
+    "LogConfig",
+    "LogConfigError",
     "MemTable",
     "MemoryBackend",
     "OpKind",
@@ -58,5 +69,10 @@ __all__ = [
     "VersionNotFoundError",
     "WinnerConflictError",
     "WriteOp",
+    "apply_log_config",
+    "capture_events",
+    "configure_logging",
+    "current_log_config",
+    "get_logger",
     "remove_orphaned_caches",
 ]

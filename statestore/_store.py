@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
-import structlog
 
 from encoding import FORMAT_VERSION as VALUE_FORMAT_VERSION
 from encoding import TableSchema
@@ -36,6 +35,7 @@ from statestore._checkpoint import PartitionCheckpoint, check_version
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._faults import fault
 from statestore._local import LocalDir
+from statestore._log import get_logger
 from statestore._manifest import ChangelogRef, CommitRef, Manifest, SnapshotRef
 from statestore._metadata import TableMeta, check_compatible
 from statestore._rocksdb import RocksDBBackend
@@ -82,9 +82,7 @@ class StateStore:
         self.consistency = ConsistencyMode(consistency)
         self._schemas = _check_tables(tables)
         self._metas = tuple(TableMeta.of(s) for s in self._schemas.values())
-        self._log = structlog.get_logger("relstate").bind(
-            operator=operator_id, partition=partition_id
-        )
+        self._log = get_logger(__name__, operator=operator_id, partition=partition_id)
         self._local = LocalDir(
             self.config.local_path(
                 f"{self.checkpoint.fs.fs.type_name}:{self.checkpoint.root}",

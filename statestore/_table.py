@@ -15,7 +15,6 @@ from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
-import structlog
 
 from encoding import (
     EncodingError,
@@ -24,6 +23,7 @@ from encoding import (
     TableSchema,
     prefix_successor,
 )
+from statestore._log import get_logger
 from statestore._memtable import UNTOUCHED, KeyOp, MemTable, OpKind
 from statestore._typing import KVBackend, WriteOp
 from statestore._values import TableValues, values_of
@@ -108,7 +108,7 @@ class StateTable:
         self._encode = self.rows.encode
         self._decode = self.rows.decode
         self._encode_key = self.keys.encode
-        self._log = (logger or structlog.get_logger("relstate")).bind(table=schema.name)
+        self._log = (logger or get_logger(__name__)).bind(table=schema.name)
         self._strict = self.consistency is ConsistencyMode.STRICT
         self._verify_at_commit = self.consistency is ConsistencyMode.RELAXED
         self._n_key = len(schema.primary_key)

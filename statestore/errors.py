@@ -15,6 +15,7 @@ __all__ = [
     "InconsistencyError",
     "InvalidVersionError",
     "LockHeldError",
+    "LogConfigError",
     "StateStoreError",
     "StoreStateError",
     "VersionNotFoundError",
@@ -115,3 +116,8 @@ class StoreStateError(StateStoreError, RuntimeError):
     """A state store call came at the wrong moment: before :meth:`load`, after
     :meth:`close`, or after a failed commit that was neither aborted nor
     followed by a load."""
+
+
+class LogConfigError(StateStoreError, ValueError):
+    """A log configuration relstate does not know: an unknown level or format
+    given to ``configure_logging`` or spelled in ``RELSTATE_LOG``."""

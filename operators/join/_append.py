@@ -38,6 +38,7 @@ from operators.join._metrics import (
     MATCHED,
     PADDED,
     REMOVED,
+    STORE_TIME,
     TOTAL,
     UPDATED,
     side_metric,
@@ -103,9 +104,9 @@ class AppendJoin(Operator):
         self.sides = (side_state(0, left, keys[0]), side_state(1, right, keys[1]))
         self.tables = [*(t for s in self.sides for t in (s.rows, s.index)), FLOORS]
         self.output = output_schema(spec, left_prefix, right_prefix)
-        # The next free seq of each batch run in progress (by context): seqs
-        # only tell apart rows of one key and time in one partition's state.
-        self._next_seq: dict[int, int] = {}
+        # What each batch run in progress (by context) holds back until its
+        # close: see _Run.
+        self._runs: dict[int, _Run] = {}
 
     def watermark_rows(self, batch: pa.RecordBatch, side: int) -> pa.BooleanArray | None:
         """A row whose join key is null can meet nothing; Spark filters such
@@ -124,7 +125,13 @@ class AppendJoin(Operator):
     # -- the batch ---------------------------------------------------------------------
 
     def open(self, ctx: OperatorContext) -> None:
-        self._next_seq[id(ctx)] = ctx.batch_id << 32
+        self._runs[id(ctx)] = _Run(ctx.batch_id << 32)
+
+    def _run(self, ctx: OperatorContext) -> _Run:
+        run = self._runs.get(id(ctx))
+        if run is None:
+            run = self._runs[id(ctx)] = _Run(ctx.batch_id << 32)
+        return run
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Drop late rows, join the rest with the other side's state, store
@@ -151,6 +158,7 @@ class AppendJoin(Operator):
     def _join_and_store(
         self, ctx: OperatorContext, side: int, batch: pa.RecordBatch, times: npt.NDArray[np.int64]
     ) -> None:
+        run = self._run(ctx)
         other = self.sides[1 - side]
         other_rows = ctx.table(other.rows.name)
         keys = [key_equal_values(k) for k in self._key_columns(batch, side)]
@@ -166,7 +174,9 @@ class AppendJoin(Operator):
         )
         if null_key is not None:
             probe = probe.filter(pc.invert(null_key))  # a null key meets nothing (SQL)
-        candidates = self._candidates(other_rows, other, probe)
+        stored, stored_flags = self._candidates(run, 1 - side, other_rows, other, probe)
+        held = run.held[1 - side]
+        candidates = _concat_rows(other.rows.columns, [stored, *held.rows])
         mine_at, theirs_at = self._pairs(side, batch, probe, candidates, other)
         if len(mine_at):
             here = batch.take(mine_at)
@@ -184,13 +194,14 @@ class AppendJoin(Operator):
         found[mine_at] = True
         flagged = 0
         if (1 - side) in self.outer_sides and len(theirs_at):
-            flagged = self._flag_matched(other_rows, candidates, theirs_at)
+            flagged = self._flag_matched(other_rows, stored, stored_flags, held, theirs_at)
         if null_key is not None and side not in self.outer_sides:
             # Only an outer side keeps a null-key row: to pad it at eviction.
             keep = np.asarray(pc.invert(null_key))
             batch, times, found = batch.filter(pa.array(keep)), times[keep], found[keep]
-        self._store(ctx, side, batch, times, found)
+        self._hold(run, side, batch, times, found)
         ctx.count(MATCHED, len(mine_at))
+        ctx.count(side_metric(SIDE_NAMES[side], UPDATED), batch.num_rows)
         ctx.count(side_metric(SIDE_NAMES[1 - side], UPDATED), flagged)
 
     def _pairs(
@@ -202,8 +213,10 @@ class AppendJoin(Operator):
         other: SideState,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The matching (batch row, candidate row) positions, ordered by batch
-        row then by the candidate's key order (its time): a hash join on the
-        key, the time range, then the extra condition."""
+        row then by the candidate's key order: a hash join on the key, the
+        time range, then the extra condition. A batch row's candidates share
+        its join key, so their key order is that of (time, seq), whether they
+        are stored or held back in this batch."""
         stored = pa.table(
             {
                 **{
@@ -212,6 +225,7 @@ class AppendJoin(Operator):
                 },
                 _CANDIDATE: np.arange(candidates.num_rows),
                 _STORED_TIME: candidates.column(0),
+                _SEQ: candidates.column(1),
             }
         )
         if not probe.num_rows or not stored.num_rows:
@@ -222,7 +236,9 @@ class AppendJoin(Operator):
         )
         at = pc.field(_STORED_TIME)
         joined = joined.filter((at >= pc.field(_LO)) & (at <= pc.field(_HI)))
-        joined = joined.sort_by([(_ROW, "ascending"), (_CANDIDATE, "ascending")])
+        joined = joined.sort_by(
+            [(_ROW, "ascending"), (_STORED_TIME, "ascending"), (_SEQ, "ascending")]
+        )
         mine_at = np.asarray(joined.column(_ROW), dtype=np.int64)
         theirs_at = np.asarray(joined.column(_CANDIDATE), dtype=np.int64)
         if self.condition is None or not len(mine_at):
@@ -238,59 +254,80 @@ class AppendJoin(Operator):
         return mine_at[mask], theirs_at[mask]
 
     @staticmethod
-    def _candidates(table: StateTable, state: SideState, probe: pa.Table) -> pa.RecordBatch:
-        """The stored rows of ``table`` that the probe's rows may meet: one
-        bounded prefix scan per join key (over the time range its rows
-        reach), or, when the keys are many for the table's size, the whole
-        table in one scan (a bounded scan costs about as much as reading
-        :data:`_SEEK_ROWS` rows of a whole-table scan)."""
+    def _candidates(
+        run: _Run, side: int, table: StateTable, state: SideState, probe: pa.Table
+    ) -> tuple[pa.RecordBatch, npt.NDArray[np.bool_]]:
+        """The committed rows of ``table`` (``side``'s) that the probe's rows
+        may meet, and their matched flags: one bounded prefix scan per join
+        key (over the time range its rows reach), or, when the keys are many
+        for the table's size, the whole table, read once per batch and kept
+        (a bounded scan costs about as much as reading :data:`_SEEK_ROWS` rows
+        of a whole-table scan). The table holds no row of this batch yet:
+        those are held back (:class:`_Run`)."""
+        whole = run.whole[side]
+        if whole is not None:
+            return whole
         names = [_key(i) for i in range(len(state.key_positions))]
         reach = probe.group_by(names).aggregate([(_LO, "min"), (_HI, "max")])
         if reach.num_rows * _SEEK_ROWS >= table.row_count:
-            return table.scan_batch()
+            rows = table.scan_batch()
+            # The flags are kept apart, so that matches set them in place.
+            whole = run.whole[side] = (rows, _flags(rows))
+            return whole
         los = reach.column(f"{_LO}_min").to_pylist()
         his = reach.column(f"{_HI}_max").to_pylist()
         keys = zip(*(reach.column(n).to_pylist() for n in names), strict=True)
-        return table.scan_ranges(
+        rows = table.scan_ranges(
             (key, (lo,), (hi + 1,)) for key, lo, hi in zip(keys, los, his, strict=True)
         )
+        return rows, _flags(rows)
 
     @staticmethod
     def _flag_matched(
-        table: StateTable, candidates: pa.RecordBatch, met: npt.NDArray[np.int64]
+        table: StateTable,
+        stored: pa.RecordBatch,
+        stored_flags: npt.NDArray[np.bool_],
+        held: _Held,
+        met: npt.NDArray[np.int64],
     ) -> int:
-        """Set the matched flag of the stored rows at ``met`` that lack it;
+        """Set the matched flag of the candidates at ``met`` that lack it:
+        in the table for a committed row, in place for a held-back one;
         returns how many changed."""
         met = np.unique(met)
-        flags = np.asarray(candidates.column(candidates.num_columns - 1).take(met), dtype=bool)
-        first = met[~flags]
-        if not len(first):
-            return 0
-        rows = candidates.take(first)
-        rows = rows.set_column(
-            rows.num_columns - 1,
-            rows.schema.field(rows.num_columns - 1),
-            pa.array(np.ones(len(first), dtype=bool)),
-        )
-        table.update_batch(rows)
-        return len(first)
+        n = stored.num_rows
+        at = met[met < n]
+        first = at[~stored_flags[at]]
+        if len(first):
+            rows = stored.take(first)
+            rows = rows.set_column(
+                rows.num_columns - 1,
+                rows.schema.field(rows.num_columns - 1),
+                pa.array(np.ones(len(first), dtype=bool)),
+            )
+            table.update_batch(rows)
+            stored_flags[first] = True
+        mine = met[met >= n] - n
+        new = mine[~held.flags[mine]]
+        held.flags[new] = True
+        return len(first) + len(new)
 
-    def _store(
+    def _hold(
         self,
-        ctx: OperatorContext,
+        run: _Run,
         side: int,
         batch: pa.RecordBatch,
         times: npt.NDArray[np.int64],
         found: npt.NDArray[np.bool_],
     ) -> None:
-        """Insert the rows of ``batch`` into the side's tables, two batch
-        inserts (no reads: every seq is new)."""
+        """Hold the rows of ``batch`` back as ``side``'s rows of this batch
+        (each with a new seq), to be stored at the close: until then the
+        tables take no write, so that their reads need no merge."""
         n = batch.num_rows
         if not n:
             return
         state = self.sides[side]
-        first = self._next_seq.get(id(ctx), ctx.batch_id << 32)
-        self._next_seq[id(ctx)] = first + n
+        first = run.next_seq
+        run.next_seq = first + n
         buckets = self.time.bucket(times)
         stamps = pa.array(buckets, type=pa.int64())
         seqs = pa.array(np.arange(first, first + n, dtype=np.int64))
@@ -301,24 +338,71 @@ class AppendJoin(Operator):
         )
         keys = self._key_columns(batch, side)
         index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
+        held = run.held[side]
+        held.rows.append(rows)
+        held.index.append(index)
+        held.flags = np.concatenate([held.flags, found])
+        held.buckets = np.concatenate([held.buckets, np.asarray(buckets, dtype=np.int64)])
+
+    def _store(self, ctx: OperatorContext, side: int, held: _Held, at: slice | None) -> None:
+        """Insert the held-back rows of ``side`` (those ``at``, or all) into
+        its tables, two batch inserts (no reads: every seq is new)."""
+        if not held.rows:
+            return
+        state = self.sides[side]
+        rows = _concat_rows(state.rows.columns, held.rows)
+        flags = pa.array(held.flags, type=pa.bool_())
+        rows = rows.set_column(rows.num_columns - 1, state.rows.columns.field(-1), flags)
+        index = _concat_rows(state.index.columns, held.index)
+        buckets = held.buckets
+        if at is not None:
+            rows, index, buckets = rows.filter(at), index.filter(at), buckets[at]
+        if not len(buckets):
+            return
         ctx.table(state.rows.name).insert_batch(rows)
         ctx.table(state.index.name).insert_batch(index)
         lowest = int(np.min(buckets))
         floor = self._floor(ctx, side)
         if floor is None or lowest < floor:
             ctx.table(FLOORS.name).upsert((side, lowest))
-        ctx.count(side_metric(SIDE_NAMES[side], UPDATED), n)
 
     def close(self, ctx: OperatorContext) -> None:
-        """Evict each side's rows at or below its state watermark (step 3);
-        count the state."""
-        self._next_seq.pop(id(ctx), None)
+        """Store the batch's rows, evict each side's rows at or below its
+        state watermark (step 3); count the state. A held-back row that is
+        evicted at once is stored before the eviction, the others after it,
+        so that the eviction's reads merge no more than they must."""
+        run = self._runs.pop(id(ctx), None) or _Run(0)
+        stored = evicted = 0
         started = time.perf_counter_ns()
+        cuts: list[int | None] = [None, None]
         for side in (0, 1):
-            if ctx.watermark is not None:
-                self._evict(ctx, side, self.time.state_watermark(side, ctx.watermark))
-        # The runner's allRemovalsTimeMs covers timers and on_watermark only.
-        ctx.count(EVICTION_TIME, (time.perf_counter_ns() - started) // 1_000_000)
+            held = run.held[side]
+            if ctx.watermark is None:
+                continue
+            cut = self.time.state_watermark(side, ctx.watermark)
+            cuts[side] = cut
+            early = held.buckets <= cut
+            if early.any():
+                self._store(ctx, side, held, pa.array(early))
+        stored += time.perf_counter_ns() - started
+        for side, at in enumerate(cuts):
+            if at is not None:
+                started = time.perf_counter_ns()
+                self._evict(ctx, side, at)
+                evicted += time.perf_counter_ns() - started
+        started = time.perf_counter_ns()
+        for side, at in enumerate(cuts):
+            held = run.held[side]
+            if at is None:
+                self._store(ctx, side, held, None)
+            else:
+                late = held.buckets > at
+                if late.any():
+                    self._store(ctx, side, held, pa.array(late))
+        stored += time.perf_counter_ns() - started
+        # The runner's allUpdatesTimeMs and allRemovalsTimeMs see neither.
+        ctx.count(STORE_TIME, stored // 1_000_000)
+        ctx.count(EVICTION_TIME, evicted // 1_000_000)
         for side in (0, 1):
             rows = ctx.table(self.sides[side].rows.name)
             ctx.count(side_metric(SIDE_NAMES[side], TOTAL), rows.row_count)
@@ -380,7 +464,49 @@ class AppendJoin(Operator):
 
 #: Column names of the hash join between a batch and the stored rows.
 _ROW, _LO, _HI = "__row", "__lo", "__hi"
-_CANDIDATE, _STORED_TIME = "__candidate", "__stored_time"
+_CANDIDATE, _STORED_TIME, _SEQ = "__candidate", "__stored_time", "__seq"
+
+
+class _Held:
+    """One side's rows of the batch in progress, held back until its close:
+    the ``rows`` and ``index`` rows as the tables take them, and per row its
+    matched flag (set in place as the other side meets it) and its time."""
+
+    __slots__ = ("buckets", "flags", "index", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[pa.RecordBatch] = []
+        self.index: list[pa.RecordBatch] = []
+        self.flags: npt.NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self.buckets: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+
+
+class _Run:
+    """What one batch run (one context) keeps between its calls: the next
+    free seq (seqs only tell apart rows of one key and time in one
+    partition's state), each side's held-back rows, and each side's whole
+    committed table with its matched flags once a probe has read it."""
+
+    __slots__ = ("held", "next_seq", "whole")
+
+    def __init__(self, next_seq: int) -> None:
+        self.next_seq = next_seq
+        self.held = (_Held(), _Held())
+        self.whole: list[tuple[pa.RecordBatch, npt.NDArray[np.bool_]] | None] = [None, None]
+
+
+def _flags(rows: pa.RecordBatch) -> npt.NDArray[np.bool_]:
+    """The matched flags (the last column) of stored rows, as a writable array."""
+    return np.array(rows.column(rows.num_columns - 1), dtype=bool)
+
+
+def _concat_rows(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
+    """``batches`` of ``schema`` as one batch."""
+    if len(batches) == 1:
+        return batches[0]
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    return pa.concat_batches(batches)
 
 
 def _key(i: int) -> str:

@@ -14,6 +14,7 @@ __all__ = [
     "MATCHED",
     "PADDED",
     "REMOVED",
+    "STORE_TIME",
     "TOTAL",
     "UNKNOWN_RETRACTIONS",
     "UPDATED",
@@ -41,6 +42,9 @@ PADDED = "numNullPaddedRows"
 #: Milliseconds spent evicting (append mode; the join as a whole), which the
 #: runner's ``allRemovalsTimeMs`` does not see.
 EVICTION_TIME = "evictionTimeMs"
+#: Milliseconds spent storing the batch's rows at its close (append mode; the
+#: join as a whole), which the runner's ``allUpdatesTimeMs`` does not see.
+STORE_TIME = "storeTimeMs"
 
 
 def side_metric(side: str, metric: str) -> str:

@@ -96,8 +96,8 @@ class TestBench:
 
 class TestLogConfiguration:
     def test_a_command_leaves_the_callers_log_configuration(self, tmp_path: Path) -> None:
-        """inspect quiets log events for its run only: afterwards structlog's
-        configuration is the caller's again (a leak once broke later tests)."""
+        """inspect leaves structlog's configuration as the caller's (a leak once
+        broke later tests); relstate's own events follow statestore._log."""
         import structlog
 
         before = structlog.get_config()

@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 import pyarrow as pa
-import structlog
 
 from encoding import TableSchema
 from statestore import StateStore, StoreConfig
@@ -129,7 +128,6 @@ def config(local_dir: str, interval: int, retain: int) -> StoreConfig:
 
 def main(argv: list[str]) -> None:
     location, local_dir, versions, seed, interval, retain = argv
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     rng = random.Random(int(seed))
     store = StateStore(location, OPERATOR, 0, TABLES, config(local_dir, int(interval), int(retain)))
     existing = store.versions()

@@ -8,7 +8,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import structlog
 
 from encoding import Direction, EncodingError, KeyColumn, TableSchema
 from statestore import (
@@ -16,6 +15,7 @@ from statestore import (
     InconsistencyError,
     KVBackend,
     StateTable,
+    capture_events,
 )
 from tests.conftest import BackendFactory, reopen
 
@@ -125,7 +125,7 @@ class TestConsistency:
         t = _table(backend, layout, "relaxed")
         t.insert((1, 1, 1))
         t.commit(1)
-        with structlog.testing.capture_logs() as logs:
+        with capture_events() as logs:
             t.insert((1, 2, 2))
             t.delete((5, 5, 5))
             t.commit(2)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from statestore import (
     AmbiguousVersionError,
@@ -19,6 +18,7 @@ from statestore import (
     StoreStateError,
     VersionNotFoundError,
     WinnerConflictError,
+    capture_events,
 )
 from statestore import _faults as faults
 from tests.statestore._store_util import KV, Stores, checkpoint_files, put, rows
@@ -342,9 +342,9 @@ class TestZombieAttempts:
 
 class TestMetrics:
     def test_commit_and_load_events(self, stores: Stores) -> None:
-        """Commits and loads log structlog events with Spark's row metric names."""
+        """Commits and loads log events with Spark's row metric names."""
         s = stores.open(snapshot_interval=2)
-        with structlog.testing.capture_logs() as logs:
+        with capture_events() as logs:
             s.load(None)
             put(s, {"a": 1, "b": 2})
             first = s.commit(1)

@@ -1,0 +1,72 @@
+"""Column helpers of the relational operators (group aggregate, top-N): row
+kinds as signs, key columns as Python tuples that compare as their key bytes do."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from encoding import key_equal_values
+from operators._changelog import ROW_KIND, RowKind, kinds_in
+from operators.errors import InputError
+
+__all__ = ["NAN", "check_names", "key_tuples", "pylists", "signs"]
+
+Row = tuple[Any, ...]
+
+#: The one NaN that key tuples hold: Python compares NaN unequal to itself,
+#: but a dict finds the same object, and the key bytes of every NaN are one.
+NAN = float("nan")
+
+_ACCUMULATE = pa.array([RowKind.INSERT.value, RowKind.UPDATE_AFTER.value])
+
+
+def check_names(schema: pa.Schema, names: Sequence[str], what: str) -> None:
+    """Raise ``ValueError`` unless every name is a distinct column of ``schema``."""
+    missing = [n for n in names if n not in schema.names]
+    if missing:
+        raise ValueError(f"{what} column(s) {missing} are not in the input {schema.names}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} columns {list(names)} name a column twice")
+
+
+def signs(batch: pa.RecordBatch, operator: str, changelog: bool) -> pa.Array:
+    """``+1`` per row that adds a row (``+I``, ``+U``), ``-1`` per row that
+    retracts one (``-U``, ``-D``). Without ``changelog`` a retraction is an
+    :class:`InputError`; an unknown kind raises ``EncodingError``."""
+    index = batch.schema.get_field_index(ROW_KIND)
+    if index < 0:
+        return pa.array(np.ones(batch.num_rows, np.int64))
+    kinds = kinds_in(batch)
+    if not changelog and kinds - {RowKind.INSERT}:
+        raise InputError(
+            f"operator {operator!r} was built for an append-only input (changelog=False), "
+            f"but this batch has row kinds {sorted(k.value for k in kinds)}; build it with "
+            "changelog=True to take retractions"
+        )
+    accumulate = pc.is_in(batch.column(index), value_set=_ACCUMULATE)
+    return pc.if_else(accumulate, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+
+
+def pylists(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[list[Any]]:
+    """Columns as Python lists, every float NaN the one :data:`NAN`."""
+    out = []
+    for column in columns:
+        values = column.to_pylist()
+        if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+            values = [NAN if v is not None and v != v else v for v in values]
+        out.append(values)
+    return out
+
+
+def key_tuples(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> list[Row]:
+    """Key tuples of the rows of ``columns`` (``n`` rows): floats made equal
+    as the key bytes make them (-0.0 is 0.0, one NaN)."""
+    if not columns:
+        return [()] * n
+    lists = pylists([key_equal_values(c) for c in columns])
+    return list(zip(*lists, strict=True))

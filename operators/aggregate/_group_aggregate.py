@@ -1,0 +1,523 @@
+"""``SELECT keys, aggregates FROM input GROUP BY keys [HAVING ...]`` over a
+changelog or an append stream, with an upsert changelog out.
+
+State (docs/operators/aggregate.md):
+
+- ``results``: one row per group, its key, its row count and each
+  aggregate's accumulator (a count, a sum and a count, the current min);
+- ``extremes_<col>`` (changelog input only): the rows' non-null values of a
+  ``min`` / ``max`` column, keyed ``(group, value, row identity)`` with a
+  multiplicity, RisingWave's materialized input: when the current min is
+  retracted, the next one is the first row of the group's prefix;
+- ``distinct_<col>``: ``(group, value) -> count`` for ``count(distinct)``.
+
+A batch is folded first: every aggregate but a custom one is a sum of signed
+deltas, worked per group in Arrow; each touched group's state is read once,
+written once, and its result emitted only if it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from encoding import KeyColumn, TableSchema, key_equal_values
+from operators._changelog import RowKind
+from operators._operator import Operator, OperatorContext
+from operators._relational import check_names, key_tuples, pylists, signs
+from operators.aggregate._functions import Aggregate, Kind
+from statestore import ConsistencyMode, StateTable
+
+__all__ = ["GroupAggregate"]
+
+Row = tuple[Any, ...]
+
+#: Counter of retractions of rows a group does not hold (Flink ignores them).
+UNKNOWN = "numRetractionsOfUnknownRows"
+
+_ROWS = "__rows"
+_VALUE = "__value"
+_COUNT = "__n"
+_SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
+
+
+@dataclass
+class _Touched:
+    """A batch's effect on its groups, by group index."""
+
+    keys: list[Row]
+    index: dict[Row, int]
+    rows: list[int]
+    #: Per aggregate position: per group a value (a delta, a batch extreme).
+    deltas: dict[int, list[Any]] = field(default_factory=dict)
+    #: min/max over a changelog: per aggregate position, the new extreme of
+    #: each group that lost a value (found by a scan), and the extreme of the
+    #: values each other group gained (to merge with its stored one).
+    extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = field(default_factory=dict)
+    #: count(distinct): per aggregate position, group -> change of the count.
+    distinct: dict[int, dict[int, int]] = field(default_factory=dict)
+
+
+class GroupAggregate(Operator):
+    """A SQL group aggregate with retractions.
+
+    ``schema`` is the input's; ``group_by`` its group key columns (what the
+    query is partitioned by, :attr:`key_columns`); ``aggregates`` the output
+    columns after the keys (see :class:`Aggregate`). ``having`` keeps the
+    groups whose result (a mapping of output column to value) it accepts.
+    ``changelog=False`` takes an append stream only (a retraction is an
+    error), which needs no materialized input for ``min`` / ``max``.
+    ``row_key`` names input columns that identify a row (default: all
+    columns other than the group key and the aggregated one, with a count of
+    identical rows).
+
+    The output is an upsert changelog keyed by the group: ``+I`` when a group
+    appears (or starts to pass ``having``), ``-U`` / ``+U`` when its result
+    changes, ``-D`` when its last row is retracted (or it stops passing
+    ``having``); nothing for a group whose result the batch left as it was.
+    """
+
+    consistency = ConsistencyMode.UNCHECKED
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        group_by: Sequence[str],
+        aggregates: Sequence[Aggregate],
+        having: Callable[[Mapping[str, Any]], bool] | None = None,
+        changelog: bool = True,
+        row_key: Sequence[str] | None = None,
+        name: str = "group_aggregate",
+    ) -> None:
+        if not group_by:
+            raise ValueError(
+                "name at least one group_by column (for a global aggregate, group by a "
+                "constant column)"
+            )
+        check_names(schema, group_by, "group_by")
+        if not aggregates:
+            raise ValueError("give at least one aggregate")
+        names = [*group_by, *(a.name for a in aggregates)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"output columns {names} name a column twice")
+        aggregated = sorted({a.column for a in aggregates if a.column is not None})
+        check_names(schema, aggregated, "aggregate")
+        if row_key is not None:
+            check_names(schema, row_key, "row_key")
+        self.name = name
+        self.key_columns = tuple(group_by)
+        self.aggregates = list(aggregates)
+        self.having = having
+        self.changelog = changelog
+        self.inputs = [schema]
+        self._k = len(group_by)
+        key_fields = [schema.field(k) for k in group_by]
+        input_types = [
+            None if a.column is None else schema.field(a.column).type for a in aggregates
+        ]
+        self.output = pa.schema(
+            [
+                *key_fields,
+                *(
+                    pa.field(a.name, a.result_type(t))
+                    for a, t in zip(aggregates, input_types, strict=True)
+                ),
+            ]
+        )
+        state: list[pa.Field] = [*key_fields, pa.field(_ROWS, pa.int64(), nullable=False)]
+        #: Per aggregate, where its accumulator sits in a results row.
+        self._acc: list[slice] = []
+        for i, (agg, t) in enumerate(zip(aggregates, input_types, strict=True)):
+            fields = _acc_fields(i, agg, t)
+            self._acc.append(slice(len(state), len(state) + len(fields)))
+            state.extend(fields)
+        tables = [TableSchema(1, state, list(group_by), name="results")]
+        #: Per value column: its table name (min/max share one, scanned either way).
+        self._extremes: dict[str, str] = {}
+        self._distinct: dict[str, str] = {}
+        self._identity: dict[str, list[str]] = {}
+        for agg in aggregates:
+            column = agg.column
+            assert column is not None or agg.kind is Kind.COUNT_STAR
+            wanted = None
+            if agg.kind in (Kind.MIN, Kind.MAX) and changelog:
+                wanted = self._extremes
+            elif agg.kind is Kind.COUNT_DISTINCT:
+                wanted = self._distinct
+            if wanted is None or column is None or column in wanted:
+                continue
+            table_name = f"{'extremes' if wanted is self._extremes else 'distinct'}_{column}"
+            wanted[column] = table_name
+            value = pa.field(_VALUE, schema.field(column).type)
+            identity: list[str] = []
+            if wanted is self._extremes:
+                identity = (
+                    list(row_key)
+                    if row_key is not None
+                    else [n for n in schema.names if n not in group_by and n != column]
+                )
+                self._identity[column] = identity
+            tables.append(
+                TableSchema(
+                    len(tables) + 1,
+                    [
+                        *key_fields,
+                        value,
+                        *(schema.field(n) for n in identity),
+                        pa.field(_COUNT, pa.int64(), nullable=False),
+                    ],
+                    [*group_by, KeyColumn(_VALUE), *identity],
+                    name=table_name,
+                )
+            )
+        self.tables = tables
+
+    # -- a batch ------------------------------------------------------------------------
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Fold the batch per group, update the state of each group it
+        touched once, and emit the results that changed."""
+        if not batch.num_rows:
+            return
+        sign = signs(batch, self.name, self.changelog)
+        touched = self._fold(batch, sign)
+        results = ctx.table("results")
+        stored = results.get_rows(touched.keys)
+        for column, table_name in self._extremes.items():
+            self._apply_extremes(ctx, ctx.table(table_name), batch, sign, column, touched)
+        for column, table_name in self._distinct.items():
+            self._apply_distinct(ctx.table(table_name), batch, sign, column, touched)
+        customs = self._custom_accumulators(batch, sign, touched, stored)
+        self._finish(ctx, results, touched, stored, customs)
+
+    def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> _Touched:
+        """The touched groups, in order of first arrival, with each summed
+        aggregate's delta and each append-only min / max's batch extreme."""
+        columns: dict[str, pa.Array] = {
+            f"__g{j}": key_equal_values(batch.column(k)) for j, k in enumerate(self.key_columns)
+        }
+        columns["__s"] = sign
+        spec: list[tuple[str, str]] = [("__s", "sum")]
+        for i, agg in enumerate(self.aggregates):
+            if agg.kind in _SUMMED:
+                assert agg.column is not None
+                column = batch.column(agg.column)
+                columns[f"__c{i}"] = pc.if_else(pc.is_valid(column), sign, 0)
+                spec.append((f"__c{i}", "sum"))
+                if agg.kind is not Kind.COUNT:
+                    kind = _sum_type(column.type)
+                    values = pc.fill_null(pc.cast(column, kind), pa.scalar(0, kind))
+                    columns[f"__v{i}"] = pc.multiply(values, pc.cast(sign, kind))
+                    spec.append((f"__v{i}", "sum"))
+            elif agg.kind in (Kind.MIN, Kind.MAX) and not self.changelog:
+                assert agg.column is not None
+                columns[f"__v{i}"] = batch.column(agg.column)
+                spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
+        groups = [f"__g{j}" for j in range(self._k)]
+        folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
+        keys = key_tuples([folded.column(g) for g in groups], folded.num_rows)
+        touched = _Touched(
+            keys, {k: i for i, k in enumerate(keys)}, folded.column("__s_sum").to_pylist()
+        )
+        for name, how in spec[1:]:
+            position = int(name[3:])
+            values = pylists([folded.column(f"{name}_{how}")])[0]
+            if name.startswith("__c"):
+                touched.deltas[-position - 1] = values  # non-null counts
+            else:
+                touched.deltas[position] = values
+        return touched
+
+    def _apply_extremes(
+        self,
+        ctx: OperatorContext,
+        table: StateTable,
+        batch: pa.RecordBatch,
+        sign: pa.Array,
+        column: str,
+        touched: _Touched,
+    ) -> None:
+        """Apply the batch to a min / max column's materialized input, then
+        find the new extreme of each group it changed: the batch's new values
+        against the stored one, or, after a retraction, the group's first
+        (min) or last (max) value in the table."""
+        identity = self._identity[column]
+        arrays = [
+            *(batch.column(k) for k in self.key_columns),
+            batch.column(column),
+            *(batch.column(n) for n in identity),
+        ]
+        entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
+        added: dict[int, list[Any]] = {}
+        rescan: set[int] = set()
+        for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
+            group = touched.index[entry[: self._k]]
+            before = 0 if old is None else old[-1]
+            self._write_count(ctx, table, entry, old, before + delta)
+            if delta < 0:
+                rescan.add(group)
+            else:
+                added.setdefault(group, []).append(entry[self._k])
+        for i, agg in enumerate(self.aggregates):
+            if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
+                continue
+            pick = min if agg.kind is Kind.MIN else max
+            rescanned: dict[int, Any] = {}
+            for group in rescan:
+                reverse = agg.kind is Kind.MAX
+                first = next(table.scan(touched.keys[group], reverse=reverse), None)
+                rescanned[group] = None if first is None else first[self._k]
+            gained = {g: pick(v) for g, v in added.items() if g not in rescan}
+            touched.extremes[i] = (rescanned, gained)
+
+    def _apply_distinct(
+        self,
+        table: StateTable,
+        batch: pa.RecordBatch,
+        sign: pa.Array,
+        column: str,
+        touched: _Touched,
+    ) -> None:
+        """Apply the batch to a ``count(distinct)`` column's value counts; a
+        value whose count leaves zero adds one to its group's distinct count,
+        one whose count returns to zero takes one away."""
+        arrays = [*(batch.column(k) for k in self.key_columns), batch.column(column)]
+        entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
+        change: dict[int, int] = {}
+        for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
+            before = 0 if old is None else old[-1]
+            after = before + delta
+            if after > 0:
+                if old is None:
+                    table.insert((*entry, after))
+                else:
+                    table.update(old, (*entry, after))
+            elif old is not None:
+                table.delete(old)
+            step = (after > 0) - (before > 0)
+            if step:
+                group = touched.index[entry[: self._k]]
+                change[group] = change.get(group, 0) + step
+        for i, agg in enumerate(self.aggregates):
+            if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
+                touched.distinct[i] = change
+
+    def _write_count(
+        self, ctx: OperatorContext, table: StateTable, entry: Row, old: Row | None, count: int
+    ) -> None:
+        """Store a materialized row's new multiplicity (none: delete it)."""
+        if count < 0:
+            ctx.count(UNKNOWN, -count)
+        if count > 0:
+            if old is None:
+                table.insert((*entry, count))
+            else:
+                table.update(old, (*entry, count))
+        elif old is not None:
+            table.delete(old)
+
+    def _custom_accumulators(
+        self,
+        batch: pa.RecordBatch,
+        sign: pa.Array,
+        touched: _Touched,
+        stored: list[Row | None],
+    ) -> dict[int, dict[int, tuple[Any, ...]]]:
+        """Each custom aggregate's new accumulator per touched group: its
+        stored one (or ``init()``), with the batch's rows accumulated or
+        retracted in batch order."""
+        customs = [i for i, a in enumerate(self.aggregates) if a.kind is Kind.CUSTOM]
+        if not customs:
+            return {}
+        groups = [
+            touched.index[k]
+            for k in key_tuples([batch.column(c) for c in self.key_columns], batch.num_rows)
+        ]
+        steps = sign.to_pylist()
+        out: dict[int, dict[int, tuple[Any, ...]]] = {}
+        for i in customs:
+            agg = self.aggregates[i]
+            function = agg.function
+            assert function is not None and agg.column is not None
+            accs: dict[int, tuple[Any, ...]] = {}
+            values = batch.column(agg.column).to_pylist()
+            for group, step, value in zip(groups, steps, values, strict=True):
+                acc = accs.get(group)
+                if acc is None:
+                    row = stored[group]
+                    acc = function.init() if row is None else tuple(row[self._acc[i]])
+                accs[group] = (
+                    function.accumulate(acc, value) if step > 0 else function.retract(acc, value)
+                )
+            out[i] = accs
+        return out
+
+    # -- results ------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        ctx: OperatorContext,
+        results: StateTable,
+        touched: _Touched,
+        stored: list[Row | None],
+        customs: dict[int, dict[int, tuple[Any, ...]]],
+    ) -> None:
+        """Write each touched group's new state and emit its result's change."""
+        out: dict[RowKind, list[Row]] = {k: [] for k in RowKind}
+        unknown = 0
+        for group, (key, old) in enumerate(zip(touched.keys, stored, strict=True)):
+            rows = (0 if old is None else old[self._k]) + touched.rows[group]
+            old_result = None if old is None else self._visible(self._result(old))
+            if rows <= 0:
+                unknown -= min(rows, 0)
+                if old is not None:
+                    results.delete(old)
+                if old_result is not None:
+                    out[RowKind.DELETE].append(old_result)
+                continue
+            new = (*key, rows, *self._accumulators(group, touched, old, customs))
+            if old is None:
+                results.insert(new)
+            elif new != old:
+                results.update(old, new)
+            new_result = self._visible(self._result(new))
+            if old_result is None:
+                if new_result is not None:
+                    out[RowKind.INSERT].append(new_result)
+            elif new_result is None:
+                out[RowKind.DELETE].append(old_result)
+            elif not _same(old_result, new_result):
+                out[RowKind.UPDATE_BEFORE].append(old_result)
+                out[RowKind.UPDATE_AFTER].append(new_result)
+        if unknown:
+            ctx.count(UNKNOWN, unknown)
+        # Groups are independent: each kind goes out as one batch, a group's
+        # -U before its +U.
+        for kind in (RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.INSERT):
+            rows_out = out[kind]
+            if rows_out:
+                columns = list(zip(*rows_out, strict=True))
+                ctx.emit_batch(
+                    [pa.array(list(c), f.type) for c, f in zip(columns, self.output, strict=True)],
+                    kind,
+                )
+
+    def _accumulators(
+        self,
+        group: int,
+        touched: _Touched,
+        old: Row | None,
+        customs: dict[int, dict[int, tuple[Any, ...]]],
+    ) -> list[Any]:
+        """A group's accumulators after the batch, flattened as stored."""
+        out: list[Any] = []
+        for i, agg in enumerate(self.aggregates):
+            acc: tuple[Any, ...] = () if old is None else tuple(old[self._acc[i]])
+            kind = agg.kind
+            if kind is Kind.COUNT_STAR:
+                continue
+            if kind in _SUMMED:
+                count = (acc[-1] if acc else 0) + touched.deltas[-i - 1][group]
+                if kind is Kind.COUNT:
+                    out.append(count)
+                    continue
+                total = (acc[0] if acc else 0) + touched.deltas[i][group]
+                # Without a non-null value left the sum is nothing, not the
+                # rounding a float sum kept of what was retracted.
+                out.extend((total if count else type(total)(), count))
+            elif kind in (Kind.MIN, Kind.MAX):
+                current = acc[0] if acc else None
+                if not self.changelog:
+                    out.append(_pick(kind, current, touched.deltas[i][group]))
+                    continue
+                rescanned, added = touched.extremes[i]
+                if group in rescanned:
+                    out.append(rescanned[group])
+                else:
+                    out.append(_pick(kind, current, added.get(group)))
+            elif kind is Kind.COUNT_DISTINCT:
+                out.append((acc[0] if acc else 0) + touched.distinct[i].get(group, 0))
+            else:
+                custom = customs[i].get(group)
+                out.extend(acc if custom is None else custom)
+        return out
+
+    def _result(self, state: Row) -> Row:
+        """The output row of a stored group state."""
+        values: list[Any] = list(state[: self._k])
+        for i, agg in enumerate(self.aggregates):
+            acc = state[self._acc[i]]
+            kind = agg.kind
+            if kind is Kind.COUNT_STAR:
+                values.append(state[self._k])
+            elif kind in (Kind.COUNT, Kind.COUNT_DISTINCT, Kind.MIN, Kind.MAX):
+                values.append(acc[0])
+            elif kind is Kind.SUM:
+                values.append(acc[0] if acc[1] else None)
+            elif kind is Kind.AVG:
+                values.append(acc[0] / acc[1] if acc[1] else None)
+            else:
+                assert agg.function is not None
+                values.append(agg.function.result(tuple(acc)))
+        return tuple(values)
+
+    def _visible(self, result: Row) -> Row | None:
+        """The result if the group passes ``having``, else ``None``."""
+        if self.having is None or self.having(dict(zip(self.output.names, result, strict=True))):
+            return result
+        return None
+
+
+def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[pa.Field]:
+    """The stored accumulator of aggregate ``i``."""
+    n = pa.field(f"__a{i}_n", pa.int64(), nullable=False)
+    if agg.kind is Kind.COUNT_STAR:
+        return []
+    if agg.kind in (Kind.COUNT, Kind.COUNT_DISTINCT):
+        return [n]
+    assert input_type is not None
+    if agg.kind in (Kind.SUM, Kind.AVG):
+        return [pa.field(f"__a{i}_sum", _sum_type(input_type), nullable=False), n]
+    if agg.kind in (Kind.MIN, Kind.MAX):
+        return [pa.field(f"__a{i}_v", input_type)]
+    assert agg.function is not None
+    return [
+        pa.field(f"__a{i}_{f.name}", f.type, f.nullable)
+        for f in agg.function.state_fields(input_type)
+    ]
+
+
+def _sum_type(input_type: pa.DataType) -> pa.DataType:
+    """What a sum of ``input_type`` adds up in: ``bigint`` or ``double``."""
+    return pa.float64() if pa.types.is_floating(input_type) else pa.int64()
+
+
+def _pick(kind: Kind, current: Any, new: Any) -> Any:
+    """The min (or max) of two values, ``None`` meaning no value."""
+    if current is None:
+        return new
+    if new is None:
+        return current
+    return min(current, new) if kind is Kind.MIN else max(current, new)
+
+
+def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
+    """The net change of a batch per distinct key of ``arrays`` (rows where
+    ``keep`` holds), leaving out keys whose changes cancel."""
+    columns = {f"__k{j}": key_equal_values(a) for j, a in enumerate(arrays)}
+    columns["__s"] = sign
+    keys = list(columns)[:-1]
+    table = pa.table(columns).filter(keep)
+    net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
+    net = net.filter(pc.not_equal(net.column("__s_sum"), 0))
+    entries = key_tuples([net.column(k) for k in keys], net.num_rows)
+    return entries, net.column("__s_sum").to_pylist()
+
+
+def _same(a: Row, b: Row) -> bool:
+    """Equal results, a NaN equal to a NaN."""
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))

@@ -1,0 +1,208 @@
+"""``ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) <= N`` over a changelog:
+the top N rows per partition key, with an offset and WITH TIES, and a
+changelog of the top-N set out.
+
+State is one table of every row, keyed ``(partition, order columns..., row
+identity)`` with a multiplicity, so a partition's top is the first rows of
+one prefix scan and, when a row of the top is retracted, the row that moves
+up is the next one of the same scan (RisingWave's managed top-N state; the
+table is the truth, nothing is cached across batches).
+
+A batch is folded per partition: its rows are applied, and the top before
+and after are compared; rows that left the top go out as ``-D``, rows that
+entered as ``+I`` (RisingWave's TopN, Flink's retract rank without the rank
+number). A partition whose changed rows all sort after a full top is not
+read again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from encoding import KeyColumn, TableSchema
+from operators._changelog import RowKind
+from operators._operator import Operator, OperatorContext
+from operators._relational import check_names, key_tuples, signs
+from statestore import ConsistencyMode, StateTable
+
+__all__ = ["TopN"]
+
+Row = tuple[Any, ...]
+
+#: Counter of retractions of rows the operator does not hold.
+UNKNOWN = "numRetractionsOfUnknownRows"
+_COUNT = "__n"
+
+
+class TopN(Operator):
+    """The top ``limit`` rows per ``partition_by`` key by ``order_by``.
+
+    ``order_by`` holds column names (ascending, nulls first) or
+    :class:`~encoding.KeyColumn` objects with a direction and null order.
+    ``offset`` skips that many rows first (``ROW_NUMBER() > offset``);
+    ``with_ties`` also keeps the rows that tie with the last one (as SQL's
+    ``FETCH FIRST n ROWS WITH TIES``: ``RANK() <= n`` without offset). Rows
+    that tie on every order column are ranked by the row identity,
+    ascending: ``row_key`` (columns that identify a row) or by default all
+    other columns, identical rows counted. ``partition_by`` is what the
+    query is partitioned by (:attr:`key_columns`); without it there is one
+    top for the whole input, so run it on one partition.
+
+    Input is a changelog (or an append stream); the output has the input's
+    schema and is the changelog of the top-N set: ``+I`` for a row that
+    enters it, ``-D`` for one that leaves.
+    """
+
+    consistency = ConsistencyMode.UNCHECKED
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        order_by: Sequence[str | KeyColumn],
+        limit: int,
+        partition_by: Sequence[str] = (),
+        offset: int = 0,
+        with_ties: bool = False,
+        row_key: Sequence[str] | None = None,
+        name: str = "top_n",
+    ) -> None:
+        order = [o if isinstance(o, KeyColumn) else KeyColumn(o) for o in order_by]
+        if not order:
+            raise ValueError("name at least one order_by column")
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit is a positive integer, got {limit!r}")
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset is a non-negative integer, got {offset!r}")
+        order_names = [o.name for o in order]
+        check_names(schema, [*partition_by, *order_names], "partition_by and order_by")
+        if row_key is not None:
+            check_names(schema, row_key, "row_key")
+        self.name = name
+        self.key_columns = tuple(partition_by)
+        self.order_by = order
+        self.limit = limit
+        self.offset = offset
+        self.with_ties = with_ties
+        self.inputs = [schema]
+        self.output = schema
+        taken = {*partition_by, *order_names}
+        rest = [n for n in schema.names if n not in taken]
+        identity = rest if row_key is None else [n for n in row_key if n not in taken]
+        values = [n for n in rest if n not in identity]
+        stored = [*partition_by, *order_names, *identity, *values]
+        self._p = len(partition_by)
+        self._o = len(order)
+        self._pk = self._p + self._o + len(identity)
+        self._stored = stored
+        #: Where each input column sits in a stored row.
+        self._to_input = [stored.index(n) for n in schema.names]
+        self.tables = [
+            TableSchema(
+                1,
+                [*(schema.field(n) for n in stored), pa.field(_COUNT, pa.int64(), nullable=False)],
+                [*partition_by, *order, *identity],
+                name="rows",
+            )
+        ]
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Fold the batch per row and partition, apply it, and emit each
+        touched partition's change of its top."""
+        if not batch.num_rows:
+            return
+        steps = signs(batch, self.name, True).to_pylist()
+        rows = key_tuples([batch.column(n) for n in self._stored], batch.num_rows)
+        net: dict[Row, int] = {}
+        for row, step in zip(rows, steps, strict=True):
+            net[row] = net.get(row, 0) + step
+        changed: dict[Row, list[Row]] = {}
+        for row, delta in net.items():
+            if delta:
+                changed.setdefault(row[: self._p], []).append(row)
+        table = ctx.table("rows")
+        left: list[Row] = []
+        entered: list[Row] = []
+        for partition, entries in changed.items():
+            before, boundary = self._top(table, partition)
+            if boundary is not None and all(
+                self._after(table, entry, boundary) for entry in entries
+            ):
+                self._apply(ctx, table, entries, net)
+                continue
+            self._apply(ctx, table, entries, net)
+            after, _ = self._top(table, partition)
+            old, new = Counter(before), Counter(after)
+            left.extend((old - new).elements())
+            entered.extend((new - old).elements())
+        for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):
+            if out:
+                columns = list(zip(*out, strict=True))
+                ctx.emit_batch(
+                    [
+                        pa.array(list(columns[i]), f.type)
+                        for i, f in zip(self._to_input, self.output, strict=True)
+                    ],
+                    kind,
+                )
+
+    def _apply(
+        self, ctx: OperatorContext, table: StateTable, entries: list[Row], net: dict[Row, int]
+    ) -> None:
+        """Add each entry's net change to its stored multiplicity."""
+        stored = table.get_rows([e[: self._pk] for e in entries])
+        for entry, old in zip(entries, stored, strict=True):
+            count = (0 if old is None else old[-1]) + net[entry]
+            if count < 0:
+                ctx.count(UNKNOWN, -count)
+            if count > 0:
+                if old is None:
+                    table.insert((*entry, count))
+                else:
+                    table.update(old, (*entry, count))
+            elif old is not None:
+                table.delete(old)
+
+    def _top(self, table: StateTable, partition: Row) -> tuple[list[Row], bytes | None]:
+        """The rows of ``partition``'s top (each identical row once per copy),
+        and, if the top is full, the key bytes past which a change cannot
+        reach it (``None`` when it is not full)."""
+        want = self.offset + self.limit
+        top: list[Row] = []
+        rank = 0
+        last: Row | None = None
+        last_order: Row | None = None
+        for stored in table.scan(partition):
+            order = stored[self._p : self._p + self._o]
+            if rank >= want and not (self.with_ties and _same(order, last_order)):
+                break
+            row = stored[:-1]
+            for _ in range(stored[-1]):
+                if rank >= want and not (self.with_ties and _same(order, last_order)):
+                    break
+                if rank >= self.offset:
+                    top.append(row)
+                rank += 1
+                if rank == want:
+                    last_order = order
+            last = row
+        if rank < want or last is None:
+            return top, None
+        if self.with_ties:
+            return top, table.keys.encode(last[: self._p + self._o])
+        return top, table.keys.encode(last[: self._pk])
+
+    def _after(self, table: StateTable, entry: Row, boundary: bytes) -> bool:
+        """Whether a changed row sorts past a full top's boundary."""
+        cut = self._p + self._o if self.with_ties else self._pk
+        return table.keys.encode(entry[:cut]) > boundary
+
+
+def _same(a: Row | None, b: Row | None) -> bool:
+    """Equal order values, a NaN equal to a NaN."""
+    if a is None or b is None:
+        return False
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
