@@ -13,6 +13,7 @@ from statestore._log import (
     get_logger,
 )
 from statestore._memory import MemoryBackend
+from statestore._memory_store import MemoryStateStore
 from statestore._memtable import KeyOp, MemTable, OpKind
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
@@ -56,6 +57,7 @@ __all__ = [
     "LogConfigError",
     "MemTable",
     "MemoryBackend",
+    "MemoryStateStore",
     "OpKind",
     "PartitionCheckpoint",
     "RocksDBBackend",

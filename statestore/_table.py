@@ -29,7 +29,14 @@ from statestore._typing import KVBackend, WriteOp
 from statestore._values import TableValues, values_of
 from statestore.errors import EpochError, InconsistencyError
 
-__all__ = ["ConsistencyMode", "StateTable", "TableMetrics", "meta_key"]
+__all__ = [
+    "ConsistencyMode",
+    "StateTable",
+    "TableMetrics",
+    "check_tables",
+    "meta_key",
+    "prepare_tables",
+]
 
 Row = tuple[Any, ...]
 
@@ -743,3 +750,43 @@ def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
     if not indices:
         return lambda row: ()
     return itemgetter(*indices)
+
+
+def prepare_tables(
+    tables: Iterable[StateTable], epoch: int
+) -> tuple[list[WriteOp], list[tuple[bytes, bytes]], int, int]:
+    """Every table's commit writes for ``epoch`` as one batch, in key order, and
+    the rows updated and removed (Spark's numUpdatedStateRows /
+    numRemovedStateRows): what a state store writes, in memory or in RocksDB."""
+    ops: list[WriteOp] = []
+    ranges: list[tuple[bytes, bytes]] = []
+    updated = removed = 0
+    for table in tables:
+        table_ops, table_ranges = table.prepare_commit(epoch)
+        ops.extend(table_ops)
+        ranges.extend(table_ranges)
+        m = table.metrics
+        updated += m.inserted + m.updated
+        removed += m.deleted + m.removed_by_range
+    # In key order RocksDB takes a batch several times faster (its
+    # MemTable inserts find their place near the last one), and so does a
+    # replay of the changelog. Keys are distinct, tables' ids apart.
+    ops.sort(key=itemgetter(0))
+    return ops, ranges, updated, removed
+
+
+def check_tables(tables: Sequence[TableSchema]) -> dict[str, TableSchema]:
+    """The tables of one store by name; each needs its own name and table id."""
+    out: dict[str, TableSchema] = {}
+    ids: set[int] = set()
+    for schema in tables:
+        if not isinstance(schema, TableSchema):
+            raise TypeError(f"tables must be TableSchema objects, got {schema!r}")
+        if schema.name in out or schema.table_id in ids:
+            raise ValueError(
+                f"table {schema.name!r} (id {schema.table_id}): every table of a store "
+                "needs its own name and table id"
+            )
+        out[schema.name] = schema
+        ids.add(schema.table_id)
+    return out
