@@ -115,6 +115,7 @@ class StateTable:
         self._encode = self.rows.encode
         self._decode = self.rows.decode
         self._encode_key = self.keys.encode
+        self._get = self.values.get
         self._log = (logger or get_logger(__name__)).bind(table=schema.name)
         self._strict = self.consistency is ConsistencyMode.STRICT
         self._verify_at_commit = self.consistency is ConsistencyMode.RELAXED
@@ -202,9 +203,11 @@ class StateTable:
     def _current(self, key: bytes) -> bytes | None:
         """The row at ``key`` as the epoch sees it (MemTable over storage)."""
         found = self._mem.lookup(key)
-        if found is UNTOUCHED:
-            return self._stored(key)
-        return found  # type: ignore[return-value]
+        if found is not UNTOUCHED:
+            return found  # type: ignore[return-value]
+        if self._range_deletes and self._in_range_delete(key):
+            return None
+        return self._get(key)
 
     def _same_row(self, current: bytes, expected: bytes) -> bool:
         """Whether a stored row equals ``expected`` (row-layout bytes).
@@ -223,7 +226,7 @@ class StateTable:
         key = self._encode_key(pk)
         value = self._mem.lookup(key)
         if value is UNTOUCHED:
-            value = self._stored(key)
+            value = self._stored(key) if self._range_deletes else self._get(key)
         return None if value is None else self._decode(value)  # type: ignore[arg-type]
 
     def get_rows(self, pks: Sequence[Sequence[Any]]) -> list[Row | None]:
