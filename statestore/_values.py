@@ -16,6 +16,7 @@ layout in every method:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from itertools import islice
 from typing import Protocol
 
@@ -83,12 +84,14 @@ def values_of(
     return RowValues(backend)
 
 
-def _short_reader(backend: KVBackend) -> Callable[[bytes, bytes | None, int], list[bytes] | None]:
+class _ShortRead(Protocol):
+    def __call__(self, lower: bytes, upper: bytes | None, limit: int) -> list[bytes] | None: ...
+
+
+def _short_reader(backend: KVBackend) -> _ShortRead:
     """The backend's own short read (a reused iterator), or one built on
     :meth:`~statestore.KVBackend.items` for a backend that has none."""
-    own: Callable[[bytes, bytes | None, int], list[bytes] | None] | None = getattr(
-        backend, "read_short", None
-    )
+    own: _ShortRead | None = getattr(backend, "read_short", None)
     if own is not None:
         return own
 
@@ -110,11 +113,10 @@ class RowValues:
         self.read_range: Callable[[bytes, bytes | None, bool], list[tuple[bytes, bytes]]] = (
             backend.read_range
         )
+        self.read_short: Callable[[bytes, bytes | None], list[bytes] | None] = partial(
+            _short_reader(backend), limit=PAGE
+        )
         self._backend = backend
-        self._short = _short_reader(backend)
-
-    def read_short(self, lower: bytes, upper: bytes | None) -> list[bytes] | None:
-        return self._short(lower, upper, PAGE)
 
     def items(
         self, lower: bytes, upper: bytes | None, reverse: bool, keep: KeyFilter | None
