@@ -8,26 +8,27 @@ are modules of their own. Importing this package does not import PySpark:
 from operators._changelog import ROW_KIND, RowKind, row_kinds
 from operators._fk_join import FkJoin, run_fk_join
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._runner import RelstateQuery, Watermark, run_operator
+from operators._pipeline import Pipeline, Stream
+from operators._runner import BatchSummary, RelstateQuery, run_operator, stage_progress
 from operators._sinks import BatchSink, ParquetSink
 from operators._spark import register_sources
-from operators._stage_runner import run_stages
-from operators._stages import Source, Stage
+from operators._watermark import Watermark
 from operators.errors import InputError, RunnerError
 
 __all__ = [
     "ROW_KIND",
     "BatchSink",
+    "BatchSummary",
     "FkJoin",
     "InputError",
     "Operator",
     "OperatorContext",
     "ParquetSink",
+    "Pipeline",
     "RelstateQuery",
     "RowKind",
     "RunnerError",
-    "Source",
-    "Stage",
+    "Stream",
     "TimeDomain",
     "Timer",
     "Watermark",
@@ -35,5 +36,5 @@ __all__ = [
     "row_kinds",
     "run_fk_join",
     "run_operator",
-    "run_stages",
+    "stage_progress",
 ]

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from operators._fk_stages import FK, HASH, ResultStage, SubscriptionStage
-from operators._stages import Source, Stage
+from operators._pipeline import Pipeline, Stream
 from operators.errors import InputError
 from statestore import StoreConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from operators._runner import RelstateQuery
+    from operators._runner import Progress, RelstateQuery
     from operators._sinks import BatchSink
 
 __all__ = ["FkJoin", "Joiner", "left_row_hash", "run_fk_join"]
@@ -190,32 +190,28 @@ class FkJoin:
 
     # -- the stages -------------------------------------------------------------------
 
-    def stages(self, left: int = 0, right: int = 1) -> list[Stage]:
-        """The two stages, reading prepared left rows from query input
-        ``left`` and right rows from input ``right``."""
+    def add_to(self, pipeline: Pipeline, left: Stream, right: Stream) -> Stream:
+        """Add the join's two stages to ``pipeline``: ``left`` carries prepared
+        left rows (:meth:`prepare_left`), ``right`` the right table's rows.
+        Returns the stream of the join's upsert changelog."""
         subscriptions = SubscriptionStage(self)
         results = ResultStage(self)
-        return [
-            Stage(
-                subscriptions,
-                (
-                    Source(left, (FK,), drop_null_keys=True),
-                    Source(right, (self.right_key,)),
-                ),
-            ),
-            Stage(
-                results,
-                (
-                    Source(left, self.left_key),
-                    Source(
-                        0, self.left_key, from_stage=True, sequence=subscriptions.response_sequence
-                    ),
-                ),
-                # The left rows, then the responses: a result is resolved at
-                # the end of the batch, so their interleaving does not matter.
-                sides_in_turn=True,
-            ),
-        ]
+        responses = pipeline.stage(
+            subscriptions,
+            left,
+            right,
+            keys=[[FK], [self.right_key]],
+            drop_null_keys=[True, False],
+        )
+        return pipeline.stage(
+            results,
+            left,
+            responses.ordered_by(subscriptions.response_sequence),
+            keys=list(self.left_key),
+            # The left rows, then the responses: a result is resolved at the
+            # end of the batch, so their interleaving does not matter.
+            sides_in_turn=True,
+        )
 
 
 def run_fk_join(
@@ -228,18 +224,21 @@ def run_fk_join(
     store_config: StoreConfig | None = None,
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
-    log_level: int | None = None,
+    state_location: str | None = None,
+    progress: Progress | None = None,
 ) -> RelstateQuery:
-    """Run the foreign-key ``join`` of two streaming changelogs in Spark.
+    """Run the foreign-key ``join`` of two streaming changelogs in Spark: a
+    two-stage :class:`~operators.Pipeline` (:meth:`FkJoin.add_to`).
 
     ``left`` has ``join.left``'s columns, ``right`` ``join.right``'s, both
     the sequence column and a ``row_kind`` column (docs/operators/fk-join.md:
     the left changelog must carry before-images). ``sink`` gets the upsert
-    changelog keyed by the left key. The rest is :func:`operators.run_stages`.
+    changelog keyed by the left key. The other arguments are
+    :func:`operators.run_operator`'s.
     """
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    from operators._stage_runner import run_stages
+    from operators._runner import start
 
     schema = join.prepared_schema(to_arrow_schema(left.schema))
 
@@ -248,17 +247,21 @@ def run_fk_join(
             yield join.prepare_left(batch)
 
     prepared = left.mapInArrow(prepare, from_arrow_schema(schema))
-    return run_stages(
-        [prepared, right],
-        join.stages(),
-        partitions,
-        checkpoint,
+    pipeline = Pipeline()
+    left_stream = pipeline.source(prepared, "left", sequence=join.sequence_column)
+    right_stream = pipeline.source(right, "right", sequence=join.sequence_column)
+    output = join.add_to(pipeline, left_stream, right_stream)
+    return start(
+        pipeline,
+        output,
         sink,
-        join.sequence_column,
+        checkpoint,
+        partitions,
         store_config=store_config,
         trigger=trigger,
         query_name=query_name,
-        log_level=log_level,
+        state_location=state_location,
+        progress=progress,
     )
 
 

@@ -74,10 +74,8 @@ def describe(
     query = location.query()
     batches = location.recorded_batches()
     if query is not None:
-        out.append(
-            f"query: operator {query['operator']}, {query['partitions']} partitions, "
-            f"key types {query['key_types']}"
-        )
+        stages = ", ".join(f"{s.name} (key {list(s.key_types)})" for s in query.stages)
+        out.append(f"query: {query.partitions} partitions; stages {stages}")
     if batches:
         record = location.record(batches[-1])
         watermark = None if record is None else record.watermark

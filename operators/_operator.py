@@ -16,7 +16,7 @@ from operators._changelog import RowKind, row_kinds
 from statestore import ConsistencyMode, StateTable
 
 if TYPE_CHECKING:
-    from operators._runner import Watermark
+    from operators._watermark import Watermark
 
 __all__ = [
     "Operator",
@@ -141,6 +141,15 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
         (input index -> event-time column and delay): raise
         :class:`~operators.errors.InputError` if the operator cannot keep its
         semantics under them. By default any watermarks will do."""
+
+    def output_watermark(self, watermark: int | None) -> int | None:
+        """The watermark of this operator's output, given its input watermark
+        (``None``: none yet): what a later stage of a pipeline gets as its
+        input watermark (operators/_watermark.py). By default the same; an
+        operator whose output rows may carry event times older than its input
+        watermark (a join that emits a row of a buffered side) says how much
+        older here, as Spark's stream-stream join does."""
+        return watermark
 
     def watermark_rows(self, batch: pa.RecordBatch, side: int) -> pa.BooleanArray | None:
         """Which rows of an input batch count towards that input's event-time

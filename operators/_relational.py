@@ -14,7 +14,7 @@ from encoding import key_equal_values
 from operators._changelog import ROW_KIND, RowKind, kinds_in
 from operators.errors import InputError
 
-__all__ = ["NAN", "check_names", "key_tuples", "pylists", "signs"]
+__all__ = ["NAN", "Pending", "check_names", "key_tuples", "pylists", "signs"]
 
 Row = tuple[Any, ...]
 
@@ -70,3 +70,38 @@ def key_tuples(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> list[Ro
         return [()] * n
     lists = pylists([key_equal_values(c) for c in columns])
     return list(zip(*lists, strict=True))
+
+
+class Pending:
+    """A micro-batch's input, gathered until the operator's ``close``.
+
+    The runner hands a task's rows to ``process_batch`` in chunks (runs of
+    one side, cut at a size); an operator that folds a micro-batch per key
+    must see them all before it emits, or a key touched by two chunks would
+    emit twice. Held per batch run (the context), dropped at ``close``: it
+    is never state."""
+
+    def __init__(self) -> None:
+        self._runs: dict[int, list[pa.RecordBatch]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_runs": {}}
+
+    def start(self, ctx: object) -> None:
+        """A batch run begins: nothing gathered."""
+        self._runs[id(ctx)] = []
+
+    def add(self, ctx: object, batch: pa.RecordBatch) -> None:
+        """Gather one chunk of the run's input."""
+        if batch.num_rows:
+            self._runs.setdefault(id(ctx), []).append(batch)
+
+    def take(self, ctx: object) -> pa.RecordBatch | None:
+        """Everything the run gathered, as one batch (``None``: nothing)."""
+        parts = self._runs.pop(id(ctx), [])
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        table = pa.Table.from_batches(parts).combine_chunks()
+        return table.to_batches()[0]

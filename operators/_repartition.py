@@ -30,21 +30,21 @@ import posixpath
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from encoding import PartitionLocal
+from operators._journal import Journal, QueryShape
 from operators._sinks import write_atomically
 from operators._spark_hash import spark_hash, supported
-from operators._state_location import RUNNER, StateLocation, table_schema
+from operators._state_location import StateLocation, table_schema
 from operators._state_read import scan_chunks
 from operators._task import TIMERS
 from operators.errors import InputError
-from statestore import StateStore, StoreConfig
-from statestore._metadata import TableMeta
+from statestore import StateStore, StoreConfig, TableMeta
 
 __all__ = ["RepartitionResult", "repartition"]
 
@@ -140,24 +140,12 @@ def _backup_name(fs: pafs.FileSystem, root: str, batch: int, old: int, new: int)
     return name
 
 
-def _stage_keys(
-    location: StateLocation, query: dict[str, Any], record: dict[str, Any]
-) -> dict[str, list[str]]:
-    """The operators whose state moves, each with the Spark types of the key
-    its rows are partitioned by: ``run_operator``'s one operator, or each
-    stage of a ``run_stages`` pipeline (the query records one key per stage,
-    in the order of the stages its name joins with ``+``)."""
-    stage_winners = record.get("stage_winners") or {}
-    if not stage_winners:
-        return {location.operator(query["operator"]): list(query["key_types"][0])}
-    names = str(query["operator"]).split("+")
-    if len(names) != len(query["key_types"]) or sorted(names) != sorted(stage_winners):
-        raise InputError(
-            f"the state at {location.path} is a pipeline whose stages {sorted(stage_winners)} "
-            f"do not match its query record ({query['operator']!r}, key types "
-            f"{query['key_types']}), so relstate cannot tell each stage's key"
-        )
-    return {name: list(types) for name, types in zip(names, query["key_types"], strict=True)}
+def _stage_keys(location: StateLocation, query: QueryShape) -> dict[str, list[str]]:
+    """The stages whose state moves, each with the Spark types of the key its
+    rows are partitioned by."""
+    for stage in query.stages:
+        location.operator(stage.name)  # held here, or a clear error
+    return {s.name: list(s.key_types) for s in query.stages}
 
 
 #: Rows read, and held by each new store before it spills, at a time.
@@ -194,10 +182,10 @@ def repartition(
             f"the state at {location.path} has no committed batch recorded by the runner; there is "
             "nothing to repartition"
         )
-    record_path = posixpath.join(root, RUNNER, "batches", f"{batch:020d}.json")
-    record = _read_json(fs, record_path)
-    stage_keys = _stage_keys(location, query, record)
-    old = int(query["partitions"])
+    record = location.record(batch)
+    assert record is not None
+    stage_keys = _stage_keys(location, query)
+    old = query.partitions
     if old == partitions:
         raise InputError(f"the state at {location.path} has {old} partitions already")
     # Check every operator's tables before anything is written.
@@ -209,8 +197,9 @@ def repartition(
         placements[operator] = (metas, _placements(metas, key_types))
     if _exists(fs, staging):
         fs.delete_dir(staging)  # an earlier run's, never swapped in (no journal)
-    pipeline = bool(record.get("stage_winners"))
+    pipeline = len(stage_keys) > 1
     rows: dict[str, int] = {}
+    winners_by_stage: dict[str, dict[int, str]] = {}
     for operator, (metas, placement) in placements.items():
         winners, moved = _move_operator(
             location,
@@ -225,17 +214,13 @@ def repartition(
             chunk_rows,
         )
         rows.update({f"{operator}.{t}" if pipeline else t: n for t, n in moved.items()})
-        if pipeline:
-            record["stage_winners"][operator] = winners
-        else:
-            record["winners"] = winners
+        winners_by_stage[operator] = {int(p): c for p, c in winners.items()}
     # The new partitions' first version: a change feed must not start before it.
-    record["repartitioned"] = {"from": old, "to": partitions}
-    runner = posixpath.join(staging, RUNNER)
-    _write_json(fs, posixpath.join(runner, "batches", f"{batch:020d}.json"), record)
-    _write_json(fs, posixpath.join(runner, "query.json"), {**query, "partitions": partitions})
+    records = Journal(fs, staging)
+    records.write(replace(record, winners=winners_by_stage, repartitioned=(old, partitions)))
+    records.write_shape(replace(query, partitions=partitions))
     summary = {
-        "operator": str(query["operator"]),
+        "operator": "+".join(query.names),
         "batch_id": batch,
         "old_partitions": old,
         "new_partitions": partitions,

@@ -1,55 +1,74 @@
-"""The Spark runner: stateful operators inside Spark executors, exactly once.
+"""The Spark runner: one driver for every relstate query, exactly once.
 
-Each micro-batch (``foreachBatch``): check the input, tag each input's rows with
-their side, repartition by key, sort by the sequence column if any, and run the
-operator per partition in ``mapInArrow``. Each task opens its partition's
-:class:`~statestore.StateStore`, loads the previous batch's winning commit,
-processes, commits this batch under a fresh commit id, and returns its output
-plus one metadata row. The driver collects the metadata, writes the output
-through the sink, and only then records the batch: its winning commit ids,
-watermark and metrics. A batch that runs again (a retried task, a restarted
-driver) loads the same previous winners, so it ends in the same state and
+A query is a :class:`~operators.Pipeline` of keyed stages (one stage for
+:func:`run_operator`). Each micro-batch (``foreachBatch``) runs the stages in
+order: a stage's input (rows of the batch's sources, or an earlier stage's
+output of this batch) is repartitioned by the stage's key, ordered, and run in
+``mapInArrow`` (:mod:`operators._spark_task`): each task loads its partition's
+previous winning commit, processes, commits this batch under a fresh commit
+id, and returns its output plus one metadata row. One Spark job per stage.
+The driver hands the output stage's rows to the sink, and only then records
+the batch in the journal (:mod:`operators._journal`): every stage's winners,
+the watermarks and the metrics, in one record. A batch that runs again (a
+retried task, a restarted driver, a crash between two stages' commits) loads
+the same previous winners for every stage, so it ends in the same state and
 output as one that ran once.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
-import uuid
+import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
+from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
-import structlog
 
 from operators._changelog import ROW_KIND, RowKind
+from operators._journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._operator import Operator
-from operators._sinks import BatchSink, StagedSink, filesystem_of, write_atomically
-from operators._task import BatchRun, output_schema, state_metrics, state_tables
+from operators._pipeline import Pipeline, Stream
+from operators._sinks import BatchSink, StagedSink, filesystem_of
+from operators._spark_task import (
+    META,
+    ORDER,
+    SEQ,
+    SIDE,
+    StagedOutput,
+    StagePlan,
+    TaskBatch,
+    run_task,
+    tagged,
+    task_schema,
+)
+from operators._task import output_schema
+from operators._watermark import StageInputs, Watermark, query_watermark, stage_watermarks
 from operators.errors import InputError, RunnerError
-from statestore import LockHeldError, PartitionCheckpoint, StateStore, StoreConfig
-from statestore._faults import fault
-from statestore._filesystems import redact
+from statestore import StoreConfig, current_log_config, fault, get_logger, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["RelstateQuery", "Watermark", "run_operator"]
+__all__ = [
+    "BatchSummary",
+    "Progress",
+    "RelstateQuery",
+    "Watermark",
+    "job_group",
+    "run_operator",
+    "stage_progress",
+    "start",
+]
 
-_SIDE = "__side"
-#: A task joins consecutive runs of one side into one batch for its operator
-#: and cuts the batch once it reaches this many rows (the run that reaches it
-#: may take it past).
-_CHUNK_ROWS = 65_536
-_META = "__meta"
-_SEQ = "__seq"
-_SPARK_METRICS = (
+#: Spark's names for a stateful operator's metrics, as its progress reports them.
+SPARK_METRICS = (
     "numOutputRows",
     "numTotalStateRows",
     "numUpdatedStateRows",
@@ -59,95 +78,303 @@ _SPARK_METRICS = (
     "commitTimeMs",
     "memoryUsedBytes",
 )
+_SOURCE = "__source"
+_TRIGGERS = ("processingTime", "once", "availableNow")
+
+#: What a query's progress callback gets after each batch.
+BatchSummary = dict[str, Any]
+Progress = Callable[[BatchSummary], None]
 
 
-@dataclass(frozen=True)
-class Watermark:
-    """An input's event-time column and how late its rows may be (ms)."""
-
-    column: str
-    delay_ms: int
+def _source_column(source: int, name: str) -> str:
+    return f"q{source}__{name}"
 
 
-@dataclass
-class _Plan:
-    """What every task of the query needs, pickled to the executors."""
-
-    operator: Operator
-    location: str
-    partitions: int
-    side_columns: list[list[str]]
-    watermarks: dict[int, Watermark]
-    store: StoreConfig
-    #: The least level of relstate's log events in the Python workers, which
-    #: do not share the driver's structlog configuration (``None``: leave it).
-    log_level: int | None = None
+# -- the driver -------------------------------------------------------------------------
 
 
-#: Where a task writes its output: a staged sink, the batch run's staging
-#: area in it, and the Arrow schema of the rows (Spark's types).
-_StagedOutput = tuple[StagedSink, str, pa.Schema]
+class _Driver:
+    """The ``foreachBatch`` function of a pipeline."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        output: Stream,
+        plans: list[StagePlan],
+        sink: BatchSink,
+        journal: Journal,
+        retain: int,
+        progress: Progress | None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.output = output
+        self.plans = plans
+        self.sink = sink
+        self.journal = journal
+        self.retain = retain
+        self.progress = progress
+        self.query_name = "relstate"
+        self.history: list[BatchSummary] = []
+        #: The error that stopped the query, raised again by RelstateQuery.
+        self.error: InputError | None = None
+        self.delays = {
+            s.name: s.watermark.delay_ms for s in pipeline.sources if s.watermark is not None
+        }
+        self.stage_inputs = [
+            StageInputs(
+                st.operator,
+                [i.stream.index if i.stream.is_stage else i.stream.name for i in st.inputs],
+            )
+            for st in pipeline.stages
+        ]
+        self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._batch(batch, batch_id)
+        except InputError as exc:
+            self.error = exc
+            raise
+
+    def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
+        done = self.journal.record(batch_id)
+        if done is not None:
+            # Recorded, so its output is in the sink and its winners are
+            # decided; Spark runs it again only because the driver died before
+            # Spark committed it. Running it again would commit new attempts
+            # of a version that already has winners.
+            self.journal.record_winners(done)
+            self._commit_sink(batch_id)
+            self.log.info("relstate.batch_already_recorded", batch_id=batch_id)
+            return
+        previous = self.journal.previous(batch_id)
+        watermark = query_watermark(
+            self.delays,
+            {} if previous is None else previous.max_event_time,
+            None if previous is None else previous.watermark,
+        )
+        marks = stage_watermarks(self.stage_inputs, watermark)
+        processing_time = self.journal.processing_time(batch_id)
+        with _without_adaptive_execution(batch.sparkSession):
+            metas = self._run_stages(batch, batch_id, previous, marks, processing_time)
+        fault("runner.driver_after_sink")
+        record = self._record(batch_id, previous, watermark, marks, metas)
+        # The batch record decides; the stores' winner records, written after
+        # it, are for readers that load a version without naming a commit.
+        self.journal.write(record)
+        self.journal.record_winners(record)
+        self._commit_sink(batch_id)
+        self.journal.prune(self.retain)
+        summary = _summary(record, self.output.name, int((time.perf_counter() - started) * 1000))
+        self.history.append(summary)
+        self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
+        if self.progress is not None:
+            self.progress(summary)
+
+    def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
+        """Each stage's metrics of batch ``batch_id`` as Spark reports a
+        stateful operator's (empty if this driver did not run it)."""
+        for summary in reversed(self.history):
+            if summary["batch_id"] == batch_id:
+                return [_operator_progress(s, m) for s, m in summary["stages"].items()]
+        return []
+
+    def _commit_sink(self, batch_id: int) -> None:
+        commit = getattr(self.sink, "commit", None)
+        if commit is not None:
+            commit(batch_id)
+
+    # -- the stages ---------------------------------------------------------------------
+
+    def _run_stages(
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        previous: BatchRecord | None,
+        marks: list[int | None],
+        processing_time: int,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Run every stage of the batch in order and hand the output stage's
+        rows to the sink; each stage's task metadata rows."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        stages = self.pipeline.stages
+        out = self.output.index
+        direct = isinstance(self.sink, StagedSink) and not self.pipeline.consumers(self.output)
+        results: dict[int, DataFrame] = {}
+        cached: list[DataFrame] = []
+        metas: dict[str, list[dict[str, Any]]] = {}
+        reads = Counter(i.stream.index for s in stages for i in s.inputs if not i.stream.is_stage)
+        if any(n > 1 for n in reads.values()):
+            # A source is read by several stages or sides: read the batch once.
+            batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(batch)
+        context = batch.sparkSession.sparkContext
+        try:
+            for index, (stage, plan) in enumerate(zip(stages, self.plans, strict=True)):
+                if index:
+                    fault("runner.driver_between_stages")
+                before = (
+                    None
+                    if previous is None
+                    else previous.stage_watermarks.get(stage.name, previous.watermark)
+                )
+                task_batch = TaskBatch(
+                    batch_id=batch_id,
+                    previous_batch=None if previous is None else previous.batch_id,
+                    previous_winners={} if previous is None else previous.winners_of(stage.name),
+                    watermark=marks[index],
+                    previous_watermark=before,
+                    processing_time=processing_time,
+                )
+                output = (
+                    self._staged_output(stage.operator, batch_id)
+                    if (direct and index == out)
+                    else None
+                )
+                frame = self._stage_input(index, batch, results)
+                schema = from_arrow_schema(task_schema(stage.operator))
+                result = frame.mapInArrow(run_task(plan, task_batch, output), schema)
+                if output is None:
+                    result = result.persist(StorageLevel.MEMORY_AND_DISK)
+                    results[index] = result
+                    cached.append(result)
+                context.setJobGroup(
+                    job_group(self.query_name, stage.name),
+                    f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}",
+                )
+                metas[stage.name] = _committed(result, batch_id, plan.partitions, stage.name)
+                if output is not None:
+                    sink, staging, _ = output
+                    sink.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
+            if not direct:
+                context.setJobGroup(
+                    job_group(self.query_name, "sink"), f"{self.query_name}: batch {batch_id}, sink"
+                )
+                rows = results[out].where(F.col(META).isNull()).drop(META, ORDER)
+                self.sink(rows, batch_id)
+        finally:
+            for key in ("spark.jobGroup.id", "spark.job.description"):
+                context.setLocalProperty(key, None)  # type: ignore[arg-type]
+            for frame in cached:
+                frame.unpersist()
+        return metas
+
+    def _stage_input(
+        self, index: int, batch: DataFrame, results: dict[int, DataFrame]
+    ) -> DataFrame:
+        """The rows of every input of stage ``index``, under the stage's side
+        names, with the side, the key columns ``__k{i}`` and the sequence;
+        repartitioned by the key and ordered."""
+        from pyspark.sql import functions as F
+
+        stage = self.pipeline.stages[index]
+        plan = self.plans[index]
+        orders = self.pipeline.sequenced(stage)
+        parts = []
+        for side, (inp, order) in enumerate(zip(stage.inputs, orders, strict=True)):
+            stream = inp.stream
+            named: Callable[[str], str]
+            if stream.is_stage:
+                rows = results[stream.index].where(F.col(META).isNull())
+                named = str
+                sequence = F.col(f"`{order}`") if order else F.col(ORDER)
+            else:
+                rows = batch.where(F.col(_SOURCE) == stream.index)
+                named = partial(_source_column, stream.index)
+                sequence = F.col(f"`{named(order)}`") if order else F.lit(None).cast("long")
+            keys = [F.col(f"`{named(k)}`").alias(f"__k{i}") for i, k in enumerate(inp.keys)]
+            part = rows.select(
+                *[F.col(f"`{named(n)}`").alias(tagged(side, n)) for n in plan.side_columns[side]],
+                F.col(ROW_KIND),
+                F.lit(side).alias(SIDE),
+                *keys,
+                sequence.cast("long").alias(SEQ),
+            )
+            if inp.drop_null_keys:
+                for i in range(len(keys)):
+                    part = part.where(F.col(f"__k{i}").isNotNull())
+            parts.append(part)
+        frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+        width = len(stage.inputs[0].keys)
+        frame = frame.repartition(plan.partitions, *[F.col(f"__k{i}") for i in range(width)])
+        if not any(o is not None for o in orders) and not any(
+            i.stream.is_stage for i in stage.inputs
+        ):
+            return frame  # no order asked for
+        by = _in_sequence()
+        if stage.sides_in_turn:
+            by.insert(0, F.col(SIDE))
+        return frame.sortWithinPartitions(*by)
+
+    def _staged_output(self, operator: Operator, batch_id: int) -> StagedOutput | None:
+        """Where this run of the output stage's tasks write their rows."""
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+        assert isinstance(self.sink, StagedSink)
+        fields = [f.with_nullable(True) for f in output_schema(operator)]
+        schema = to_arrow_schema(from_arrow_schema(pa.schema(fields)), timezone="UTC")
+        return self.sink, self.sink.stage(batch_id), schema
+
+    def _record(
+        self,
+        batch_id: int,
+        previous: BatchRecord | None,
+        watermark: int | None,
+        marks: list[int | None],
+        metas: dict[str, list[dict[str, Any]]],
+    ) -> BatchRecord:
+        seen = dict(previous.max_event_time) if previous else {}
+        metrics: dict[str, dict[str, int]] = {}
+        for stage, rows in metas.items():
+            totals = dict.fromkeys(SPARK_METRICS, 0)
+            for m in rows:
+                for k, v in m["metrics"].items():
+                    totals[k] = totals.get(k, 0) + int(v)
+                for source, t in m["max_event_time"].items():
+                    seen[source] = max(seen.get(source, t), t)
+            metrics[stage] = totals
+        return BatchRecord(
+            batch_id=batch_id,
+            winners={
+                s: {m["partition"]: m["commit_id"] for m in rows} for s, rows in metas.items()
+            },
+            watermark=watermark,
+            stage_watermarks={
+                s.name: mark for s, mark in zip(self.pipeline.stages, marks, strict=True)
+            },
+            max_event_time=seen,
+            metrics=metrics,
+        )
 
 
-@dataclass
-class _BatchRecord:
-    """What the driver records once a batch's output is written."""
-
-    batch_id: int
-    winners: dict[int, str]
-    watermark: int | None
-    max_event_time: dict[int, int]
-    metrics: dict[str, int] = field(default_factory=dict)
-    #: A multi-stage batch's winners, per stage operator (``winners`` is then
-    #: empty); see operators/_stage_runner.py.
-    stage_winners: dict[str, dict[int, str]] = field(default_factory=dict)
+def job_group(query: str, stage: str) -> str:
+    """The Spark job group of a stage's jobs (the sink's: ``stage="sink"``):
+    the Spark UI lists a batch's jobs under it, with a description naming
+    the batch and the stage."""
+    return f"relstate:{query}:{stage}"
 
 
-# -- the task, in the executors -------------------------------------------------------
+#: The running queries' drivers by Spark query id, for listeners.
+_DRIVERS: weakref.WeakValueDictionary[str, _Driver] = weakref.WeakValueDictionary()
 
 
-def _side_batches(
-    batches: Iterator[pa.RecordBatch], columns: list[list[str]]
-) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Split tagged batches into runs of one side, in order, each with that
-    side's own column names. Consecutive runs of one side are joined until
-    they reach :data:`_CHUNK_ROWS` rows (a chunk may pass it by the last
-    input batch's run), so that an operator sees few large batches rather
-    than the many small ones Arrow hands a task."""
-    side, rows = -1, 0
-    pending: list[pa.RecordBatch] = []
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        sides = np.asarray(batch.column(_SIDE))
-        starts = [0, *(np.flatnonzero(sides[1:] != sides[:-1]) + 1).tolist()]
-        for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
-            run_side = int(sides[start])
-            if pending and (run_side != side or rows >= _CHUNK_ROWS):
-                yield side, _untagged(side, pending, columns[side])
-                pending, rows = [], 0
-            side = run_side
-            pending.append(batch.slice(start, end - start))
-            rows += end - start
-    if pending:
-        yield side, _untagged(side, pending, columns[side])
+def stage_progress(progress: Any) -> list[dict[str, Any]]:
+    """Each stage's state metrics of the batch a Spark progress reports, in
+    the shape of Spark's ``StateOperatorProgress``: what a
+    ``StreamingQueryListener`` calls with ``event.progress``. Empty for a
+    query that is not relstate's, or a batch this driver did not run."""
+    driver = _DRIVERS.get(str(progress.id))
+    if driver is None:
+        return []
+    return driver.stage_progress(int(progress.batchId))
 
 
-def _untagged(side: int, parts: list[pa.RecordBatch], names: list[str]) -> pa.RecordBatch:
-    """One batch of a side's rows, its columns under the side's own names."""
-    table = (
-        pa.Table.from_batches(parts)
-        .select([_tagged(side, n) for n in names])
-        .rename_columns(names)
-        .combine_chunks()
-    )
-    if not table.num_rows:
-        return pa.RecordBatch.from_pylist([], schema=table.schema)
-    return table.to_batches()[0]
-
-
-def _in_sequence(sequence: str) -> list[Column]:
-    """How a partition's rows are ordered: by ``sequence``, and at one sequence
+def _in_sequence() -> list[Column]:
+    """How a partition's rows are ordered: by sequence, and at one sequence
     number retractions (``-U``, ``-D``) before accumulations (``+I``, ``+U``),
     so that an update's ``-U``/``+U`` pair sharing its number applies in order.
     Spark's sort is not stable: without the second key such ties would come in
@@ -155,162 +382,38 @@ def _in_sequence(sequence: str) -> list[Column]:
     from pyspark.sql import functions as F
 
     retract = F.col(ROW_KIND).isin(RowKind.UPDATE_BEFORE.value, RowKind.DELETE.value)
-    return [F.col(sequence), F.when(retract, 0).otherwise(1)]
+    return [F.col(SEQ), F.when(retract, 0).otherwise(1)]
 
 
-def _tagged(side: int, name: str) -> str:
-    return name if name in (_SIDE, ROW_KIND) else f"s{side}__{name}"
-
-
-def _run_task(
-    plan: _Plan,
-    batch_id: int,
-    previous: _BatchRecord | None,
-    watermark: int | None,
-    processing_time: int,
-    output: _StagedOutput | None = None,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The task of one batch. With ``output``, it writes its output rows into
-    the sink's staging area and returns only its metadata row (which names its
-    part); without, it returns its output rows too."""
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        assert context is not None
-        if plan.log_level is not None:
-            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(plan.log_level))
-        partition = context.partitionId()
-        operator = plan.operator
-        out_schema = _task_schema(operator)
-        store = _open_store(plan, partition, context.attemptNumber())
-        try:
-            prev_version = None if previous is None else previous.batch_id
-            commit_id = None if previous is None else previous.winners.get(partition)
-            store.load(prev_version, commit_id)
-            run = BatchRun(
-                operator,
-                store.tables,
-                batch_id,
-                partition,
-                watermark,
-                None if previous is None else previous.watermark,
-                processing_time,
-            )
-            max_time: dict[int, int] = {}
-            outputs = _outputs(run, batches, plan, max_time)
-            part = None
-            if output is None:
-                for out in outputs:
-                    if out.num_rows:
-                        yield _with_meta(out, out_schema, None)
-            else:
-                sink, staging, schema = output
-                part = sink.write_part(staging, partition, schema, outputs)
-            metrics = {**run.metrics, **state_metrics(store.tables)}
-            started = time.perf_counter()
-            info = store.commit(batch_id)
-            fault("runner.task_after_commit")
-            metrics["commitTimeMs"] = int((time.perf_counter() - started) * 1000)
-            metrics["memoryUsedBytes"] = info.memory_used_bytes
-            meta = {
-                "partition": partition,
-                "commit_id": info.commit_id,
-                "metrics": metrics,
-                "max_event_time": {str(k): v for k, v in max_time.items()},
-            }
-            if part is not None:
-                meta["part"] = part
-            yield _with_meta(None, out_schema, json.dumps(meta))
-        finally:
-            store.close()
-
-    return task
-
-
-def _outputs(
-    run: BatchRun,
-    batches: Iterator[pa.RecordBatch],
-    plan: _Plan,
-    max_time: dict[int, int],
-) -> Iterator[pa.RecordBatch]:
-    """Run the operator over a task's input batches; its output batches (some
-    empty). Notes each watermarked side's latest event time in ``max_time``."""
-    for side, part in _side_batches(batches, plan.side_columns):
-        mark = plan.watermarks.get(side)
-        if mark is not None and part.num_rows:
-            times = part.column(mark.column)
-            counted = plan.operator.watermark_rows(part, side)
-            latest = _max_millis(times if counted is None else times.filter(counted))
-            if latest is not None:
-                max_time[side] = max(max_time.get(side, latest), latest)
-        run.process(side, part)
-        yield run.drain()
-    run.fire_timers()
-    run.advance_watermark()
-    yield run.finish()
-
-
-def _open_store(plan: _Plan, partition: int, attempt: int) -> StateStore:
-    tables = state_tables(plan.operator)
-    try:
-        return StateStore(
-            plan.location,
-            plan.operator.name,
-            partition,
-            tables,
-            plan.store,
-            plan.operator.consistency,
-        )
-    except LockHeldError:
-        # Another attempt of this partition runs on this host (a speculative
-        # copy, or a zombie): give this one a local cache of its own.
-        base = plan.store.local_path(plan.location, plan.operator.name, partition)
-        config = replace(
-            plan.store, local_dir=str(base / f"attempt-{attempt}-{uuid.uuid4().hex[:8]}")
-        )
-        return StateStore(
-            plan.location, plan.operator.name, partition, tables, config, plan.operator.consistency
-        )
-
-
-def _max_millis(column: pa.Array) -> int | None:
-    import pyarrow.compute as pc
-
-    if pa.types.is_timestamp(column.type):
-        column = pc.cast(column, pa.timestamp("ms", tz=column.type.tz))
-        latest = pc.max(column.cast(pa.int64())).as_py()
-    else:
-        latest = pc.max(column).as_py()
-    return None if latest is None else int(latest)
-
-
-def _task_schema(operator: Operator) -> pa.Schema:
-    """What a task returns: the output rows, and one metadata row (nulls in
-    every output column), so every column is nullable here."""
-    fields = [f.with_nullable(True) for f in output_schema(operator)]
-    return pa.schema([*fields, pa.field(_META, pa.string())])
-
-
-def _with_meta(batch: pa.RecordBatch | None, schema: pa.Schema, meta: str | None) -> pa.RecordBatch:
-    if batch is None:
-        arrays = [pa.nulls(1, type=f.type) for f in schema]
-        arrays[-1] = pa.array([meta], type=pa.string())
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-    arrays = [*batch.columns, pa.nulls(batch.num_rows, type=pa.string())]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+def _summary(record: BatchRecord, output: str, duration_ms: int) -> BatchSummary:
+    """A batch as the query's history and progress callback see it: the
+    stages' metrics under ``stage.metric``, and summed over stages under
+    their own names (``numOutputRows``: the output stage's)."""
+    flat: dict[str, int] = {}
+    for stage, metrics in record.metrics.items():
+        for k, v in metrics.items():
+            flat[f"{stage}.{k}"] = v
+            if k != "numOutputRows" or stage == output:
+                flat[k] = flat.get(k, 0) + v
+    return {
+        "batch_id": record.batch_id,
+        "watermark": record.watermark,
+        "duration_ms": duration_ms,
+        "metrics": flat,
+        "stages": {s: dict(m) for s, m in record.metrics.items()},
+        "stage_watermarks": dict(record.stage_watermarks),
+    }
 
 
 @contextmanager
 def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
-    """Adaptive query execution off for the job that runs the tasks, and as it
-    was after. The job is one shuffle into ``mapInArrow`` with a fixed
-    partition count, which adaptive execution cannot improve; it would only
-    run the shuffle as a job of its own and plan the rest again, about 40 ms
-    of every micro-batch here. The streaming query's session is the query's
-    own, and ``foreachBatch`` calls run one at a time, so nothing else sees
-    the change."""
+    """Adaptive query execution off while a batch's stages are planned and
+    run, and as it was after. Each stage is one shuffle into ``mapInArrow``
+    with a fixed partition count, which adaptive execution cannot improve; it
+    would only run the shuffle as a job of its own and plan the rest again
+    (a second job per stage, about 40 ms each, measured), also for a stage
+    output cached for the next stage. ``foreachBatch`` calls run one at a
+    time on the query's own session, so nothing else sees the change."""
     key = "spark.sql.adaptive.enabled"
     # Unset, Spark gives its default, "true"; the "or" is for the Optional type.
     before = session.conf.get(key) or "true"
@@ -321,29 +424,37 @@ def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
         session.conf.set(key, before)
 
 
-def _committed(result: DataFrame, batch_id: int, partitions: int) -> list[dict[str, Any]]:
-    """The metadata rows of a task result; a :class:`RunnerError` unless
-    every partition committed."""
+def _committed(
+    result: DataFrame, batch_id: int, partitions: int, stage: str
+) -> list[dict[str, Any]]:
+    """The metadata rows of a stage's tasks; the first task's error as an
+    :class:`InputError`; a :class:`RunnerError` unless every partition
+    committed."""
     from pyspark.sql import functions as F
 
-    with _without_adaptive_execution(result.sparkSession):
-        rows = result.where(F.col(_META).isNotNull()).select(_META).collect()
+    rows = result.where(F.col(META).isNotNull()).select(META).collect()
     metas = [json.loads(r[0]) for r in rows]
+    errors = sorted((m["partition"], m["error"]) for m in metas if "error" in m)
+    if errors:
+        raise InputError(
+            f"batch {batch_id}, stage {stage!r}, partition {errors[0][0]}: {errors[0][1]}. "
+            "Nothing of this batch was recorded"
+        )
     got = sorted(m["partition"] for m in metas)
     if got != list(range(partitions)):
         raise RunnerError(
-            f"batch {batch_id}: tasks committed partitions {got}, expected "
+            f"batch {batch_id}, stage {stage!r}: tasks committed partitions {got}, expected "
             f"0..{partitions - 1}; the batch is not recorded and runs again"
         )
     return metas
 
 
-# -- the driver -------------------------------------------------------------------------
+# -- the query ---------------------------------------------------------------------------
 
 
 class RelstateQuery:
     """The running query: a Spark ``StreamingQuery`` (every attribute of which
-    it passes through) plus relstate's per-batch metrics."""
+    it passes through) plus relstate's per-batch, per-stage metrics."""
 
     def __init__(self, query: StreamingQuery, driver: _Driver) -> None:
         self._query = query
@@ -352,284 +463,202 @@ class RelstateQuery:
     @property
     def last_metrics(self) -> dict[str, int]:
         """The last finished batch's metrics, summed over partitions (Spark's
-        names: numOutputRows, numTotalStateRows, ...)."""
-        return dict(self._driver.history[-1].metrics) if self._driver.history else {}
+        names: numOutputRows, numTotalStateRows, ...; each stage's also under
+        ``stage.name``)."""
+        return dict(self._driver.history[-1]["metrics"]) if self._driver.history else {}
 
     @property
-    def history(self) -> list[dict[str, Any]]:
-        """Every batch this run finished: id, watermark, metrics."""
-        return [asdict(r) for r in self._driver.history]
+    def history(self) -> list[BatchSummary]:
+        """Every batch this run finished: id, watermark, duration, metrics,
+        and each stage's metrics and watermark."""
+        return list(self._driver.history)
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        """Spark's last progress, its ``stateOperators`` the stages' state
+        metrics under Spark's names (see :meth:`stage_progress`)."""
+        progress = self._query.lastProgress
+        return None if progress is None else self._with_stages(progress)
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        """Spark's recent progress, each with the stages' state metrics."""
+        return [self._with_stages(p) for p in self._query.recentProgress]
+
+    def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
+        """Each stage's state metrics of batch ``batch_id`` (if this run
+        finished it) in the shape of Spark's ``StateOperatorProgress``."""
+        return self._driver.stage_progress(batch_id)
+
+    def _with_stages(self, progress: Any) -> dict[str, Any]:
+        data = dict(progress) if isinstance(progress, Mapping) else json.loads(progress.json)
+        data["stateOperators"] = self.stage_progress(int(data.get("batchId", -1)))
+        return data
+
+    def awaitTermination(self, timeout: int | None = None) -> bool | None:
+        """Spark's ``awaitTermination``; a batch stopped by bad input raises
+        its :class:`InputError` rather than Spark's wrapper."""
+        try:
+            return self._query.awaitTermination(timeout)
+        except Exception:
+            self._raise_input_error()
+            raise
+
+    def processAllAvailable(self) -> None:
+        """Spark's ``processAllAvailable``; bad input raises its InputError."""
+        try:
+            self._query.processAllAvailable()
+        except Exception:
+            self._raise_input_error()
+            raise
+
+    def _raise_input_error(self) -> None:
+        if self._driver.error is not None:
+            raise self._driver.error from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._query, name)
 
 
-class _Driver:
-    """The ``foreachBatch`` function, and the batch records in the checkpoint."""
+def _operator_progress(stage: str, metrics: Mapping[str, int]) -> dict[str, Any]:
+    """A stage's metrics in the shape of Spark's ``StateOperatorProgress``."""
+    known = {
+        "numRowsTotal": "numTotalStateRows",
+        "numRowsUpdated": "numUpdatedStateRows",
+        "numRowsRemoved": "numRemovedStateRows",
+        "allUpdatesTimeMs": "allUpdatesTimeMs",
+        "allRemovalsTimeMs": "allRemovalsTimeMs",
+        "commitTimeMs": "commitTimeMs",
+        "memoryUsedBytes": "memoryUsedBytes",
+        "numRowsDroppedByWatermark": "numRowsDroppedByWatermark",
+    }
+    progress: dict[str, Any] = {"operatorName": f"relstate:{stage}"}
+    progress.update({spark: int(metrics.get(ours, 0)) for spark, ours in known.items()})
+    progress["customMetrics"] = {
+        k: v for k, v in metrics.items() if k not in known.values() and k != "numOutputRows"
+    }
+    progress["numOutputRows"] = int(metrics.get("numOutputRows", 0))
+    return progress
 
-    def __init__(
-        self, plan: _Plan, keys: list[list[str]], sink: BatchSink, sequence: str | None
-    ) -> None:
-        self.plan = plan
-        self.keys = keys
-        self.sink = sink
-        self.sequence = sequence
-        self.history: list[_BatchRecord] = []
-        #: What query.json records as the operator (a pipeline names its stages).
-        self.name = plan.operator.name
-        #: Whether an input carries its own row-kind column (else every row is
-        #: an insert and checking the kinds would only cost a Spark job).
-        self.changelog_input = True
-        self.fs, root = filesystem_of(plan.location)
-        journal = f"{root}.repartition.json"
-        if self.fs.get_file_info(journal).type != pafs.FileType.NotFound:
-            # Before anything is written: the state may be half moved.
-            raise InputError(
-                f"the state at {redact(plan.location)} is being repartitioned ({journal} exists); "
-                "run `relstate repartition` on it again to finish, then start the query"
+
+def _console_line(summary: BatchSummary) -> None:
+    """The default progress when interactive: one line per batch."""
+    m = summary["metrics"]
+    print(
+        f"relstate: batch {summary['batch_id']} done in {summary['duration_ms']} ms: "
+        f"{m.get('numOutputRows', 0)} output rows, {m.get('numTotalStateRows', 0)} state rows",
+        file=sys.stderr,
+    )
+
+
+def start(
+    pipeline: Pipeline,
+    output: Stream,
+    sink: BatchSink,
+    checkpoint: str,
+    partitions: int,
+    store_config: StoreConfig | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    state_location: str | None = None,
+    progress: Progress | None = None,
+) -> RelstateQuery:
+    """Start the streaming query of ``pipeline`` (see :meth:`Pipeline.start`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    pipeline.check_complete(output)
+    harness_only = [s.name for s in pipeline.sources if s.frame is None]
+    if harness_only:
+        raise InputError(
+            f"source(s) {harness_only} were given as Arrow schemas, which only the harness "
+            "runs; give Spark streaming DataFrames to start a query"
+        )
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise InputError(f"partitions must be a positive integer, got {partitions!r}")
+    store = store_config or StoreConfig()
+    if store.retain_versions < 2:
+        raise InputError(
+            "the runner needs StoreConfig.retain_versions >= 2: a task retried after "
+            "its commit loads the version before it"
+        )
+    unknown = sorted(set(trigger or {}) - set(_TRIGGERS))
+    if unknown or len(trigger or {}) > 1:
+        raise InputError(
+            f"trigger takes one of {list(_TRIGGERS)} (a micro-batch trigger); got "
+            f"{dict(trigger or {})}"
+        )
+    if not callable(sink):
+        raise InputError(f"the sink must be callable with (DataFrame, batch id); got {sink!r}")
+    location = (state_location or checkpoint.rstrip("/") + "/state").rstrip("/")
+    fs, root = filesystem_of(location)
+    if fs.get_file_info(f"{root}.repartition.json").type.name != "NotFound":
+        # Before anything is written: the state may be half moved.
+        raise InputError(
+            f"the state at {redact(location)} is being repartitioned; run `relstate "
+            "repartition` on it again to finish, then start the query"
+        )
+    journal = Journal(fs, root, redact(location))
+    shapes: list[StageShape] = []
+    plans: list[StagePlan] = []
+    config = replace(store, partition_count=partitions)
+    for stage in pipeline.stages:
+        first = stage.inputs[0]
+        types = tuple(
+            from_arrow_type(first.stream.schema.field(k).type).simpleString() for k in first.keys
+        )
+        shapes.append(StageShape(stage.name, types))
+        watermarks: dict[int, Watermark] = {}
+        event_times: dict[int, tuple[str, str]] = {}
+        for side, inp in enumerate(stage.inputs):
+            if not inp.stream.is_stage:
+                mark = pipeline.sources[inp.stream.index].watermark
+                if mark is not None:
+                    watermarks[side] = mark
+                    event_times[side] = (inp.stream.name, mark.column)
+        stage.operator.check_watermarks(watermarks)
+        plans.append(
+            StagePlan(
+                operator=stage.operator,
+                location=location,
+                partitions=partitions,
+                side_columns=[list(i.stream.schema.names) for i in stage.inputs],
+                event_times=event_times,
+                store=config,
+                index=len(plans),
+                log=current_log_config(),
             )
-        self.root = f"{root}/_runner"
-        self.fs.create_dir(f"{self.root}/batches", recursive=True)
-        self.log = structlog.get_logger("relstate").bind(operator=self.name)
-
-    # -- records ----------------------------------------------------------------------
-
-    def _record_path(self, batch_id: int) -> str:
-        return f"{self.root}/batches/{batch_id:020d}.json"
-
-    def previous(self, batch_id: int) -> _BatchRecord | None:
-        """The record of the newest batch before ``batch_id``."""
-        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/batches"))
-        ids = sorted(
-            int(i.base_name[:-5])
-            for i in infos
-            if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()
         )
-        earlier = [i for i in ids if i < batch_id]
-        return self._read_record(earlier[-1]) if earlier else None
-
-    def _recorded(self, batch_id: int) -> _BatchRecord | None:
-        """The record of ``batch_id`` itself, if it was recorded."""
-        path = self._record_path(batch_id)
-        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            return None
-        return self._read_record(batch_id)
-
-    def _record_winners(self, record: _BatchRecord) -> None:
-        by_operator = {self.plan.operator.name: record.winners, **record.stage_winners}
-        for name, winners in by_operator.items():
-            for partition, commit_id in winners.items():
-                checkpoint = PartitionCheckpoint(self.plan.location, name, partition)
-                if checkpoint.winner(record.batch_id) != commit_id:
-                    checkpoint.record_winner(record.batch_id, commit_id)
-
-    def _read_record(self, batch_id: int) -> _BatchRecord:
-        with self.fs.open_input_stream(self._record_path(batch_id)) as src:
-            obj = json.loads(src.read())
-        return _BatchRecord(
-            batch_id=obj["batch_id"],
-            winners={int(k): v for k, v in obj["winners"].items()},
-            watermark=obj["watermark"],
-            max_event_time={int(k): v for k, v in obj["max_event_time"].items()},
-            metrics=obj["metrics"],
-            stage_winners={
-                name: {int(k): v for k, v in winners.items()}
-                for name, winners in obj.get("stage_winners", {}).items()
-            },
-        )
-
-    def _processing_time(self, batch_id: int) -> int:
-        """The batch's processing time: recorded before its first run, so that
-        a batch that runs again (after a driver restart) sees the same one."""
-        path = f"{self.root}/batches/{batch_id:020d}.start"
-        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
-            with self.fs.open_input_stream(path) as src:
-                return int(src.read())
-        now = int(time.time() * 1000)
-        write_atomically(self.fs, path, str(now).encode())
-        return now
-
-    def _write_record(self, record: _BatchRecord) -> None:
-        data = json.dumps(asdict(record), sort_keys=True).encode()
-        write_atomically(self.fs, self._record_path(record.batch_id), data)
-
-    def check_query(self, key_types: list[list[str]]) -> None:
-        """Record the query's shape on its first batch; refuse a later run with
-        another partition count or key types."""
-        path = f"{self.root}/query.json"
-        shape = {
-            "operator": self.name,
-            "partitions": self.plan.partitions,
-            "key_types": key_types,
-        }
-        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            write_atomically(self.fs, path, json.dumps(shape, sort_keys=True).encode())
-            return
-        with self.fs.open_input_stream(path) as src:
-            recorded = json.loads(src.read())
-        for what in ("operator", "partitions", "key_types"):
-            if recorded[what] != shape[what]:
-                raise InputError(
-                    f"the checkpoint at {redact(self.plan.location)} was written with {what} "
-                    f"{recorded[what]!r}; this query has {shape[what]!r}. Keep it, or start "
-                    "from a new checkpoint; to change the partition count of a stopped "
-                    "query, run `relstate repartition`"
-                )
-
-    # -- one batch ---------------------------------------------------------------------
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.perf_counter()
-        done = self._recorded(batch_id)
-        if done is not None:
-            # Recorded, so its output is in the sink and its winners are
-            # decided; Spark runs it again only because the driver died before
-            # Spark committed it. Running it again would commit new attempts
-            # of a version that already has winners.
-            self._record_winners(done)
-            self.log.info("relstate.batch_already_recorded", batch_id=batch_id)
-            return
-        previous = self.previous(batch_id)
-        watermark = self._watermark(previous)
-        self._check_input(batch)
-        processing_time = self._processing_time(batch_id)
-        metas = self._run_batch(batch, batch_id, previous, watermark, processing_time)
-        fault("runner.driver_after_sink")
-        record = self._record(batch_id, previous, watermark, metas)
-        # The batch record decides; the stores' winner records, written after
-        # it, are for readers that load a version without naming a commit.
-        self._write_record(record)
-        self._record_winners(record)
-        self.history.append(record)
-        self.log.info(
-            "relstate.batch",
-            batch_id=batch_id,
-            watermark=watermark,
-            durationMs=int((time.perf_counter() - started) * 1000),
-            **record.metrics,
-        )
-
-    def _run_batch(
-        self,
-        batch: DataFrame,
-        batch_id: int,
-        previous: _BatchRecord | None,
-        watermark: int | None,
-        processing_time: int,
-    ) -> list[dict[str, Any]]:
-        """Run the operator over the batch and hand its output to the sink;
-        the tasks' metadata rows (one per partition)."""
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        keyed = batch.repartition(
-            self.plan.partitions, *[F.col(f"__k{i}") for i in range(len(self.keys[0]))]
-        )
-        if self.sequence is not None:
-            keyed = keyed.sortWithinPartitions(*_in_sequence(self.sequence))
-        output = self._staged_output(self.plan.operator, batch_id)
-        task = _run_task(self.plan, batch_id, previous, watermark, processing_time, output)
-        schema = from_arrow_schema(_task_schema(self.plan.operator))
-        if output is not None:
-            # One Spark job: the tasks wrote their parts; publish the winners'.
-            metas = _committed(keyed.mapInArrow(task, schema), batch_id, self.plan.partitions)
-            self._publish(output, metas, batch_id)
-            return metas
-        result = keyed.mapInArrow(task, schema).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            metas = _committed(result, batch_id, self.plan.partitions)
-            self.sink(result.where(F.col(_META).isNull()).drop(_META), batch_id)
-        finally:
-            result.unpersist()
-        return metas
-
-    def _staged_output(self, operator: Operator, batch_id: int) -> _StagedOutput | None:
-        """Where this run of the batch's tasks write their output, if the
-        sink takes parts from the tasks (``None``: the driver hands it the
-        output as a DataFrame)."""
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-        if not isinstance(self.sink, StagedSink):
-            return None
-        fields = [f.with_nullable(True) for f in output_schema(operator)]
-        schema = to_arrow_schema(from_arrow_schema(pa.schema(fields)), timezone="UTC")
-        return self.sink, self.sink.stage(batch_id), schema
-
-    def _publish(self, output: _StagedOutput, metas: list[dict[str, Any]], batch_id: int) -> None:
-        """Publish the parts the winning attempts wrote (named in their
-        metadata rows) as the batch's output."""
-        sink, staging, _ = output
-        sink.publish(staging, [m["part"] for m in metas], batch_id)
-
-    def _watermark(self, previous: _BatchRecord | None) -> int | None:
-        """Spark's rule: the minimum over inputs of (max event time seen
-        before this batch - delay); it never goes back."""
-        if previous is None or not self.plan.watermarks:
-            return None
-        candidates = []
-        for side, mark in self.plan.watermarks.items():
-            seen = previous.max_event_time.get(side)
-            if seen is None:
-                return previous.watermark
-            candidates.append(seen - mark.delay_ms)
-        current = min(candidates)
-        if previous.watermark is not None:
-            current = max(current, previous.watermark)
-        return current
-
-    def _record(
-        self,
-        batch_id: int,
-        previous: _BatchRecord | None,
-        watermark: int | None,
-        metas: list[dict[str, Any]],
-    ) -> _BatchRecord:
-        seen = dict(previous.max_event_time) if previous else {}
-        totals = dict.fromkeys(_SPARK_METRICS, 0)
-        for m in metas:
-            for k, v in m["metrics"].items():
-                totals[k] = totals.get(k, 0) + int(v)
-            for side, t in m["max_event_time"].items():
-                seen[int(side)] = max(seen.get(int(side), t), t)
-        stage_winners: dict[str, dict[int, str]] = {}
-        for m in metas:
-            if "stage" in m:
-                stage_winners.setdefault(m["stage"], {})[m["partition"]] = m["commit_id"]
-        return _BatchRecord(
-            batch_id=batch_id,
-            winners={m["partition"]: m["commit_id"] for m in metas if "stage" not in m},
-            watermark=watermark,
-            max_event_time=seen,
-            metrics=totals,
-            stage_winners=stage_winners,
-        )
-
-    def _check_input(self, batch: DataFrame) -> None:
-        """Unknown row kinds fail the batch before any task runs."""
-        from pyspark.sql import functions as F
-
-        if not self.changelog_input or ROW_KIND not in batch.columns:
-            return
-        valid = [k.value for k in RowKind]
-        bad = (
-            batch.where(F.col(ROW_KIND).isNull() | ~F.col(ROW_KIND).isin(valid))
-            .select(ROW_KIND)
-            .limit(3)
-            .collect()
-        )
-        if bad:
-            raise InputError(
-                f"unknown row kind(s) {[r[0] for r in bad]!r} in column {ROW_KIND!r}; a "
-                "changelog row is '+I', '-U', '+U' or '-D'. Nothing of this batch was committed"
+    journal.bind_shape(QueryShape(tuple(shapes), partitions))
+    frames = []
+    for index, source in enumerate(pipeline.sources):
+        frame = source.frame
+        kind = F.col(ROW_KIND) if source.changelog else F.lit(RowKind.INSERT.value)
+        frames.append(
+            frame.select(
+                *[F.col(f"`{n}`").alias(_source_column(index, n)) for n in source.schema.names],
+                kind.alias(ROW_KIND),
+                F.lit(index).alias(_SOURCE),
             )
-
-
-def _key_lists(keys: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
-    """One list of key column names per input (a flat list serves every input)."""
-    if keys and all(isinstance(k, str) for k in keys):
-        return [[str(k) for k in keys]]
-    return [[str(c) for c in k] for k in keys if not isinstance(k, str)]
+        )
+    stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    if progress is None and sys.stderr.isatty():
+        progress = _console_line
+    driver = _Driver(
+        pipeline, output, plans, sink, journal, max(store.retain_versions, 2), progress
+    )
+    if query_name:
+        driver.query_name = query_name
+    writer = stream.writeStream.foreachBatch(driver).option(
+        "checkpointLocation", checkpoint.rstrip("/") + "/spark"
+    )
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    query = writer.start()
+    _DRIVERS[str(query.id)] = driver
+    return RelstateQuery(query, driver)
 
 
 def run_operator(
@@ -644,115 +673,57 @@ def run_operator(
     store_config: StoreConfig | None = None,
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
-    log_level: int | None = None,
     state_location: str | None = None,
+    progress: Progress | None = None,
 ) -> RelstateQuery:
-    """Run ``operator`` over one or two streaming DataFrames and return the
-    running query.
+    """Run ``operator`` over one or two streaming DataFrames: a one-stage
+    :class:`~operators.Pipeline`. Returns the running query.
 
     ``keys`` are the key columns (one list per input for two inputs; the
-    inputs' keys must have the same types, in order); rows with equal keys meet
-    in one task. ``partitions`` is fixed for the life of the checkpoint.
+    inputs' keys must have one type, in order); rows with equal keys meet in
+    one task. ``partitions`` is fixed for the life of the checkpoint.
     ``checkpoint`` holds Spark's own stream checkpoint (``checkpoint/spark``)
     and, unless ``state_location`` is given, the operator's state
     (``checkpoint/state``); ``state_location`` puts the state (and the batch
-    records) anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint
+    journal) anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint
     stays where Spark can write it. ``sink`` receives each batch's output
     (with the ``row_kind`` column) and its id, and must be idempotent
     (:class:`ParquetSink` is). ``watermarks`` maps an input index to its
-    event-time column and delay. ``sequence_column`` (default: the operator's)
-    orders each partition's rows. ``log_level`` (a ``logging`` level) filters
-    relstate's log events in the Python workers.
+    event-time column and delay (default: what ``withWatermark`` set).
+    ``sequence_column`` (default: the operator's) orders each partition's
+    rows. ``trigger`` is Spark's (``{"processingTime": "5 seconds"}``,
+    ``{"availableNow": True}``, ``{"once": True}``); ``query_name`` names the
+    query (and its jobs in the Spark UI). ``progress`` is called with each
+    finished batch's summary (default: one line on stderr when it is a
+    terminal). relstate's log events follow :func:`statestore.configure_logging`
+    (or ``RELSTATE_LOG``) on the driver, in the Python workers too.
     """
-    from pyspark.sql import functions as F
-
     frames: list[DataFrame] = [inputs] if not isinstance(inputs, Sequence) else list(inputs)
-    if not 1 <= len(frames) <= 2 or len(frames) != len(operator.inputs):
+    if len(frames) != len(operator.inputs):
         raise InputError(
             f"operator {operator.name!r} takes {len(operator.inputs)} input(s); got {len(frames)}"
         )
-    operator.check_watermarks(dict(watermarks or {}))
-    key_lists = _key_lists(keys)
-    if len(key_lists) == 1 and len(frames) == 2:
-        key_lists = key_lists * 2
-    if len(key_lists) != len(frames) or len({len(k) for k in key_lists}) != 1:
-        raise InputError(f"give one list of key columns per input, of equal length; got {keys!r}")
-    if not isinstance(partitions, int) or partitions < 1:
-        raise InputError(f"partitions must be a positive integer, got {partitions!r}")
-    if store_config is not None and store_config.retain_versions < 2:
-        raise InputError(
-            "the runner needs StoreConfig.retain_versions >= 2: a task retried after "
-            "its commit loads the version before it"
-        )
-
-    sequence = sequence_column or operator.sequence_column
-    key_types: list[list[str]] = []
-    tagged = []
-    side_columns: list[list[str]] = []
-    for side, (frame, key_cols) in enumerate(zip(frames, key_lists, strict=True)):
-        missing = [c for c in key_cols if c not in frame.columns]
-        if missing:
-            raise InputError(
-                f"input {side} has no key column(s) {missing}; its columns are {frame.columns}"
-            )
-        types = [frame.schema[c].dataType.simpleString() for c in key_cols]
-        key_types.append(types)
-        names = list(frame.columns)
-        side_columns.append(
-            [n for n in names if n != ROW_KIND] + ([ROW_KIND] if ROW_KIND in names else [])
-        )
-        cols = [F.col(f"`{n}`").alias(_tagged(side, n)) for n in names if n != ROW_KIND]
-        kind = F.col(ROW_KIND) if ROW_KIND in names else F.lit(RowKind.INSERT.value)
-        cols += [kind.alias(ROW_KIND), F.lit(side).alias(_SIDE)]
-        cols += [F.col(f"`{c}`").alias(f"__k{i}") for i, c in enumerate(key_cols)]
-        if sequence is not None:
-            if sequence not in names:
-                raise InputError(
-                    f"input {side} has no sequence column {sequence!r}; its columns are {names}"
-                )
-            cols.append(F.col(f"`{sequence}`").alias(_SEQ))
-        tagged.append(frame.select(*cols))
-    if len(key_types) == 2 and key_types[0] != key_types[1]:
-        raise InputError(
-            f"the inputs' key columns have different types {key_types[0]} and {key_types[1]}; "
-            "rows with equal keys must hash alike, so cast them to one type"
-        )
-    for names in side_columns:
-        if ROW_KIND not in names:
-            names.append(ROW_KIND)
-    stream = (
-        tagged[0]
-        if len(tagged) == 1
-        else tagged[0].unionByName(tagged[1], allowMissingColumns=True)
+    marks = dict(watermarks or {})
+    unknown = sorted(set(marks) - set(range(len(frames))))
+    if unknown:
+        raise InputError(f"watermarks name input(s) {unknown}; the inputs are 0..{len(frames) - 1}")
+    # Before the inputs are read: the watermarks given may not fit the operator.
+    operator.check_watermarks(marks)
+    pipeline = Pipeline()
+    streams = [
+        pipeline.source(f, f"input{i}", sequence=sequence_column, watermark=marks.get(i))
+        for i, f in enumerate(frames)
+    ]
+    result = pipeline.stage(operator, *streams, keys=keys)
+    return start(
+        pipeline,
+        result,
+        sink,
+        checkpoint,
+        partitions,
+        store_config=store_config,
+        trigger=trigger,
+        query_name=query_name,
+        state_location=state_location,
+        progress=progress,
     )
-    plan = _Plan(
-        operator=operator,
-        location=(state_location or checkpoint.rstrip("/") + "/state").rstrip("/"),
-        partitions=partitions,
-        side_columns=side_columns,
-        watermarks=dict(watermarks or {}),
-        store=replace(store_config or StoreConfig(), partition_count=partitions),
-        log_level=log_level,
-    )
-    driver = _Driver(plan, key_lists, sink, None if sequence is None else _SEQ)
-    driver.changelog_input = any(ROW_KIND in f.columns for f in frames)
-    driver.check_query(key_types)
-    return _start(stream, driver, checkpoint, trigger, query_name)
-
-
-def _start(
-    stream: DataFrame,
-    driver: _Driver,
-    checkpoint: str,
-    trigger: Mapping[str, Any] | None,
-    query_name: str | None,
-) -> RelstateQuery:
-    """Start the streaming query that calls ``driver`` for each batch."""
-    writer = stream.writeStream.foreachBatch(driver).option(
-        "checkpointLocation", checkpoint.rstrip("/") + "/spark"
-    )
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger:
-        writer = writer.trigger(**trigger)
-    return RelstateQuery(writer.start(), driver)

@@ -1,8 +1,11 @@
 """Sinks for the runner's output: a callback, or an idempotent Parquet sink
-that the runner's tasks write into directly (one Spark job per batch)."""
+that the runner's tasks write into directly (one Spark job per batch) and
+that another Spark query reads, as a table or a stream, through the
+``relstate-output`` data source (:mod:`operators._output_source`)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -11,12 +14,29 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from statestore._filesystems import filesystem_for
+from statestore import filesystem_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchSink", "ParquetSink", "StagedSink", "filesystem_of", "write_atomically"]
+__all__ = [
+    "COMMITTED_DIR",
+    "SCHEMA_FILE",
+    "BatchSink",
+    "ParquetSink",
+    "StagedSink",
+    "filesystem_of",
+    "output_arrow_schema",
+    "write_atomically",
+]
+
+#: Under a ParquetSink's path: the Arrow schema of its rows (an Arrow IPC
+#: stream with no batches), written once, so a reader knows it before any
+#: batch. A name starting with ``_`` is hidden from Spark's Parquet reader.
+SCHEMA_FILE = "_relstate/schema.arrow"
+#: Under a ParquetSink's path: one marker per committed batch,
+#: ``<batch id, 20 digits>.json``.
+COMMITTED_DIR = "_relstate/committed"
 
 
 class BatchSink(Protocol):
@@ -54,6 +74,12 @@ class ParquetSink:
     ``path`` and replaces it atomically when the batch runs again, so a re-run
     never leaves two copies of a batch (or half of one).
 
+    A batch is *committed* once the runner has recorded it (:meth:`commit`):
+    only then is it final, and only committed batches are read by
+    :meth:`read` and by the ``relstate-output`` data source. A batch written
+    but not committed (the driver died in between) is run again and replaced
+    before it is committed.
+
     The path is local or any URI ``pyarrow.fs`` understands; Spark writes it
     through its own filesystem layer, so a URI must also be one Spark can write.
     """
@@ -69,6 +95,10 @@ class ParquetSink:
     def __call__(self, output: DataFrame, batch_id: int) -> None:
         staging = self.stage(batch_id)
         output.write.mode("error").parquet(f"{self.path}/{staging}")
+        if self.schema() is None:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            self.write_schema(to_arrow_schema(output.schema, timezone="UTC"))
         self._replace(staging, batch_id)
 
     def stage(self, batch_id: int) -> str:
@@ -93,6 +123,10 @@ class ParquetSink:
         """Move ``parts`` into a directory of their own, which then replaces
         ``batch=N``; whatever else ``staging`` holds (losing attempts' parts,
         or one a zombie task writes later) stays out of the output."""
+        if parts and self.schema() is None:
+            self.write_schema(
+                pq.read_schema(f"{self._root}/{staging}/{parts[0]}", filesystem=self._fs)
+            )
         ready = self.stage(batch_id)
         self._fs.create_dir(f"{self._root}/{ready}", recursive=True)
         for part in parts:
@@ -109,9 +143,91 @@ class ParquetSink:
             self._fs.delete_dir(final)
         self._fs.move(f"{self._root}/{staging}", final)
 
+    # -- what readers see ----------------------------------------------------------
+
+    def write_schema(self, schema: pa.Schema) -> None:
+        """Record the Arrow schema of the rows (timestamps in UTC), for
+        readers that start before the first batch. The first one stays."""
+        if self.schema() is not None:
+            return
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, output_arrow_schema(schema)):
+            pass
+        self._fs.create_dir(f"{self._root}/{SCHEMA_FILE.rsplit('/', 1)[0]}", recursive=True)
+        write_atomically(self._fs, f"{self._root}/{SCHEMA_FILE}", sink.getvalue().to_pybytes())
+
+    def schema(self) -> pa.Schema | None:
+        """The Arrow schema of the rows, ``None`` before the first batch is written."""
+        try:
+            with self._fs.open_input_stream(f"{self._root}/{SCHEMA_FILE}") as source:
+                return pa.ipc.open_stream(source.read()).schema
+        except FileNotFoundError:
+            return None
+
+    def commit(self, batch_id: int) -> None:
+        """Make batch ``batch_id``'s output, as it is now, visible to readers:
+        a marker naming its files. The runner calls it after it recorded the
+        batch; calling it again (the driver died after recording) rewrites
+        the same marker."""
+        final = f"{self._root}/batch={batch_id}"
+        if self._fs.get_file_info(final).type == pafs.FileType.NotFound:
+            raise FileNotFoundError(
+                f"batch {batch_id} has no output in {self.path} to commit: "
+                "a batch is committed after it is written"
+            )
+        files = sorted(
+            i.base_name
+            for i in self._fs.get_file_info(pafs.FileSelector(final))
+            if i.base_name.endswith(".parquet")
+        )
+        marker = {"batch_id": batch_id, "files": files}
+        self._fs.create_dir(f"{self._root}/{COMMITTED_DIR}", recursive=True)
+        write_atomically(
+            self._fs, self._marker(batch_id), json.dumps(marker, sort_keys=True).encode()
+        )
+
+    def committed(self) -> list[int]:
+        """The ids of the committed batches, in order."""
+        selector = pafs.FileSelector(f"{self._root}/{COMMITTED_DIR}", allow_not_found=True)
+        return sorted(
+            int(i.base_name[: -len(".json")])
+            for i in self._fs.get_file_info(selector)
+            if i.base_name.endswith(".json") and i.base_name[: -len(".json")].isdigit()
+        )
+
+    def committed_files(self, batch_id: int) -> list[str]:
+        """The Parquet files (full paths on the sink's filesystem) of
+        committed batch ``batch_id``."""
+        with self._fs.open_input_stream(self._marker(batch_id)) as source:
+            marker = json.loads(source.read())
+        return [f"{self._root}/batch={batch_id}/{name}" for name in marker["files"]]
+
+    def read_part(self, file: str) -> pa.Table:
+        """The rows of one file :meth:`committed_files` named."""
+        return pq.read_table(file, filesystem=self._fs)
+
+    def _marker(self, batch_id: int) -> str:
+        return f"{self._root}/{COMMITTED_DIR}/{batch_id:020d}.json"
+
     def read(self, spark: SparkSession) -> DataFrame:
-        """Every batch's output so far, with its ``batch`` column."""
-        return spark.read.option("basePath", self.path).parquet(f"{self.path}/batch=*")
+        """Every committed batch's output, with its ``batch`` column (through
+        the ``relstate-output`` data source)."""
+        from operators._spark import register_sources
+
+        register_sources(spark)
+        return spark.read.format("relstate-output").load(self.path)
+
+
+def output_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as the output's readers see it: every timestamp with a time
+    zone in UTC at microseconds (Spark's ``TimestampType``; one without stays
+    local, ``TimestampNTZType``), every field nullable."""
+    fields = []
+    for f in schema:
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            f = f.with_type(pa.timestamp("us", tz="UTC"))
+        fields.append(f.with_nullable(True))
+    return pa.schema(fields)
 
 
 def filesystem_of(path: str) -> tuple[pafs.FileSystem, str]:

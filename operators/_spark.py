@@ -21,8 +21,8 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession
     """A ``local[2,3]`` session (two cores; a failed task is retried, which
     plain ``local[2]`` never does), UI and console progress off, Spark's own
     logging at ERROR, bound to loopback, Python workers on this interpreter,
-    and relstate's data sources (``relstate-state``, ``relstate-metadata``)
-    registered."""
+    and relstate's data sources (``relstate-state``, ``relstate-metadata``,
+    ``relstate-output``) registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -45,8 +45,11 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession
 
 
 def register_sources(spark: SparkSession) -> None:
-    """Make ``relstate-state`` and ``relstate-metadata`` readable in ``spark``."""
+    """Make ``relstate-state``, ``relstate-metadata`` and ``relstate-output``
+    readable in ``spark``."""
+    from operators._output_source import OutputSource
     from operators._state_source import MetadataSource, StateSource
 
     spark.dataSource.register(StateSource)
     spark.dataSource.register(MetadataSource)
+    spark.dataSource.register(OutputSource)

@@ -4,54 +4,31 @@ runner's records of which commit of each batch counts, and the manifests.
 Nothing here writes to the location or starts Spark: ``relstate inspect``, the
 ``relstate-state`` data source and ``relstate repartition`` all find state
 through it. A batch is *committed* when the runner recorded it
-(``_runner/batches/N.json``, naming each partition's winning commit); an attempt
+(``_runner/batches/<20 digits>.json``, naming each partition's winning commit); an attempt
 the runner did not record (a crashed or running batch) is never read.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import pyarrow.fs as pafs
 
 from encoding import TableSchema
 from encoding._schema import Direction, KeyColumn, NullOrder
+from operators._journal import RUNNER, BatchRecord, Journal, QueryShape
 from operators.errors import InputError
-from statestore import PartitionCheckpoint, VersionNotFoundError
-from statestore._filesystems import filesystem_for, redact
-from statestore._manifest import Manifest
-from statestore._metadata import TableMeta
+from statestore import (
+    Manifest,
+    PartitionCheckpoint,
+    TableMeta,
+    VersionNotFoundError,
+    filesystem_for,
+    redact,
+)
 
-__all__ = ["BatchRecord", "StateLocation", "table_schema"]
-
-RUNNER = "_runner"
-
-
-@dataclass(frozen=True)
-class BatchRecord:
-    """What the runner recorded about a batch it finished."""
-
-    batch_id: int
-    winners: dict[int, str]
-    watermark: int | None
-    metrics: dict[str, int]
-    #: A pipeline's winners, per stage operator (``winners`` is then empty).
-    stage_winners: dict[str, dict[int, str]]
-    #: ``(old, new)`` partition counts when ``relstate repartition`` rewrote
-    #: this batch's state: its new partitions' first version.
-    repartitioned: tuple[int, int] | None = None
-
-    def winners_of(self, operator: str) -> dict[int, str]:
-        """Each partition's winning commit of ``operator`` in this batch."""
-        return self.stage_winners.get(operator, {}) if self.stage_winners else self.winners
-
-
-def _repartitioned(obj: Any) -> tuple[int, int] | None:
-    return None if obj is None else (int(obj["from"]), int(obj["to"]))
+__all__ = ["StateLocation", "table_schema"]
 
 
 def table_schema(meta: TableMeta) -> TableSchema:
@@ -101,49 +78,23 @@ class StateLocation:
 
     # -- the runner's records --------------------------------------------------------
 
-    def _read_json(self, rel: str) -> Any:
-        full = posixpath.join(self.root, rel)
-        try:
-            with self.fs.open_input_stream(full) as src:
-                return json.loads(src.read())
-        except FileNotFoundError:
-            return None
-        except OSError:
-            if self.fs.get_file_info(full).type == pafs.FileType.NotFound:
-                return None
-            raise
+    @property
+    def journal(self) -> Journal:
+        """The runner's batch records of this state."""
+        return Journal(self.fs, self.root, self.path)
 
-    def query(self) -> dict[str, Any] | None:
-        """The query's shape the runner recorded (operator, partitions, key
-        types), or ``None`` for state not written by the runner."""
-        obj = self._read_json(f"{RUNNER}/query.json")
-        return obj if isinstance(obj, dict) else None
+    def query(self) -> QueryShape | None:
+        """The query's shape the runner recorded (stages, their key types,
+        partitions), or ``None`` for state not written by the runner."""
+        return self.journal.shape()
 
     def recorded_batches(self) -> list[int]:
         """The batch ids the runner recorded, ascending."""
-        selector = pafs.FileSelector(posixpath.join(self.root, RUNNER, "batches"), True)
-        return sorted(
-            int(i.base_name[:-5])
-            for i in self.fs.get_file_info(selector)
-            if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()
-        )
+        return self.journal.batches()
 
     def record(self, batch_id: int) -> BatchRecord | None:
         """The runner's record of ``batch_id``, if it recorded one."""
-        obj = self._read_json(f"{RUNNER}/batches/{batch_id:020d}.json")
-        if obj is None:
-            return None
-        return BatchRecord(
-            batch_id=int(obj["batch_id"]),
-            winners={int(k): str(v) for k, v in obj["winners"].items()},
-            watermark=obj.get("watermark"),
-            metrics={str(k): int(v) for k, v in obj.get("metrics", {}).items()},
-            stage_winners={
-                str(name): {int(k): str(v) for k, v in winners.items()}
-                for name, winners in obj.get("stage_winners", {}).items()
-            },
-            repartitioned=_repartitioned(obj.get("repartitioned")),
-        )
+        return self.journal.record(batch_id)
 
     # -- operators and partitions -----------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from operators._state_location import StateLocation
 from operators.errors import InputError
-from statestore._filesystems import S3_OPTIONS
+from statestore import S3_OPTIONS
 
 __all__ = ["JOIN_SIDES", "METADATA_OPTIONS", "STATE_OPTIONS", "ReadRequest"]
 

@@ -21,10 +21,7 @@ import pyarrow as pa
 
 from operators._state_location import StateLocation, table_schema
 from operators.errors import InputError, RepartitionedError, StateStoreError
-from statestore import StateStore, StoreConfig
-from statestore._manifest import Manifest
-from statestore._metadata import TableMeta
-from statestore._transfer import read_changelogs
+from statestore import Manifest, StateStore, StoreConfig, TableMeta, read_changelogs
 
 __all__ = [
     "CHANGE_COLUMNS",

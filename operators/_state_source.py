@@ -38,7 +38,7 @@ from operators._state_read import (
     read_rows,
 )
 from operators.errors import InputError
-from statestore._metadata import TableMeta
+from statestore import TableMeta
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         help=(
             "what to measure: 'store' (the default: encodings, StateTable, checkpoints) "
             "or an operator against its baseline on Spark: 'join', 'append_join', "
-            "'dedup', 'fkjoin' (these write docs/bench/NAME.md)"
+            "'dedup', 'fkjoin', 'aggregate', 'topn' (these write docs/bench/NAME.md)"
         ),
     )
     bench.set_defaults(handler=_bench)

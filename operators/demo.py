@@ -17,7 +17,6 @@ finishes the run from the checkpoint, batch N first.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import shutil
@@ -38,7 +37,7 @@ from operators._spark import local_spark
 from operators.errors import InputError, RunnerError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness
-from statestore._filesystems import redact
+from statestore import redact
 
 __all__ = ["DemoConfig", "check_java", "revenue_table", "run_demo", "write_batches"]
 
@@ -228,6 +227,10 @@ class _Progress:
             os.kill(os.getpid(), 9)
         print(f"  {self.line(batch_id, time.perf_counter() - self.started)}", flush=True)
 
+    def commit(self, batch_id: int) -> None:
+        """The runner recorded the batch: commit it in the sink, for readers."""
+        self.sink.commit(batch_id)
+
     def line(self, batch_id: int, elapsed: float) -> str:
         """The progress line once batch ``batch_id`` is done."""
         done = batch_id + 1
@@ -241,12 +244,6 @@ def run_demo(config: DemoConfig) -> bool:
     """Run (or resume) the demo; prints what it does. Returns whether the
     output matched the reference."""
     check_java()
-    import structlog
-
-    # relstate's own events are quiet unless RELSTATE_LOG asks (statestore._log);
-    # this quiets only the runner driver's events, which still go through
-    # structlog's global configuration until the runner takes get_logger.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     root = config.directory.resolve()
     source, output = root / "source", root / "output"
     batches = generate(config)
@@ -287,7 +284,6 @@ def run_demo(config: DemoConfig) -> bool:
         sequence_column="seq",
         trigger={"availableNow": True},
         query_name="relstate_demo",
-        log_level=logging.WARNING,
         state_location=config.state_location,
     )
     query.awaitTermination()

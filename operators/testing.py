@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
-from operators._stage_harness import StageHarness
+from operators._pipeline_harness import PipelineHarness
 from operators._task import BatchRun, state_metrics, state_tables
 from operators.errors import InputError
 from statestore import (
@@ -28,7 +28,7 @@ from statestore import (
     StoreConfig,
 )
 
-__all__ = ["Emitted", "OperatorHarness", "StageHarness"]
+__all__ = ["Emitted", "OperatorHarness", "PipelineHarness"]
 
 #: One emitted row: its kind and its values.
 Emitted = tuple[RowKind, tuple[Any, ...]]
@@ -234,6 +234,42 @@ class OperatorHarness:
         run.processing_time = now
         run.fire_timers()
         return self._emitted(run)
+
+    def run_batch(
+        self,
+        runs: Iterable[tuple[int, pa.RecordBatch]],
+        watermark: int | None = None,
+        processing_time: int | None = None,
+    ) -> list[Emitted]:
+        """Run one whole micro-batch as a Spark task does and commit it: the
+        batch's ``watermark`` in force from its first row (rows are late
+        against the previous one), the ``runs`` of input (side, batch) in
+        order, due timers, the watermark's advance, the commit."""
+        if self._run is not None:
+            raise InputError("a batch is in progress: commit it before run_batch")
+        if processing_time is not None:
+            self.processing_time = processing_time
+        previous = self.watermark
+        if watermark is not None and (previous is None or watermark > previous):
+            self.watermark = watermark
+        self._run = BatchRun(
+            self.operator,
+            self._state.tables,
+            self.batch_id,
+            self.partition_id,
+            self.watermark,
+            previous,
+            self.processing_time,
+        )
+        emitted: list[Emitted] = []
+        for side, batch in runs:
+            emitted += self.process_batch(batch, side)
+        self._run.fire_timers()
+        self._run.advance_watermark()
+        emitted += self._emitted(self._run)
+        before = len(self.output)
+        self.commit()
+        return emitted + self.output[before:]
 
     # -- versions -----------------------------------------------------------------------
 

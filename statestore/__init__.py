@@ -4,6 +4,9 @@ store that versions and checkpoints them."""
 from statestore._caches import remove_orphaned_caches
 from statestore._checkpoint import PartitionCheckpoint
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
+from statestore._faults import ENV_VAR as FAULT_ENV_VAR
+from statestore._faults import fault
+from statestore._filesystems import S3_OPTIONS, filesystem_for, redact
 from statestore._log import (
     LogConfig,
     apply_log_config,
@@ -12,12 +15,15 @@ from statestore._log import (
     current_log_config,
     get_logger,
 )
+from statestore._manifest import Manifest
 from statestore._memory import MemoryBackend
 from statestore._memory_store import MemoryStateStore
 from statestore._memtable import KeyOp, MemTable, OpKind
+from statestore._metadata import TableMeta
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
+from statestore._transfer import read_changelogs
 from statestore._typing import KVBackend, WriteOp
 from statestore.errors import (
     AmbiguousVersionError,
@@ -38,6 +44,8 @@ from statestore.errors import (
 )
 
 __all__ = [
+    "FAULT_ENV_VAR",
+    "S3_OPTIONS",
     "AmbiguousVersionError",
     "BackendClosedError",
     "BackendError",
@@ -55,6 +63,7 @@ __all__ = [
     "LockHeldError",
     "LogConfig",
     "LogConfigError",
+    "Manifest",
     "MemTable",
     "MemoryBackend",
     "MemoryStateStore",
@@ -67,6 +76,7 @@ __all__ = [
     "StateTable",
     "StoreConfig",
     "StoreStateError",
+    "TableMeta",
     "TableMetrics",
     "VersionNotFoundError",
     "WinnerConflictError",
@@ -75,6 +85,10 @@ __all__ = [
     "capture_events",
     "configure_logging",
     "current_log_config",
+    "fault",
+    "filesystem_for",
     "get_logger",
+    "read_changelogs",
+    "redact",
     "remove_orphaned_caches",
 ]

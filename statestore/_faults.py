@@ -86,6 +86,7 @@ RUNNER_POINTS: tuple[str, ...] = (
     "runner.task_after_commit",
     "runner.driver_after_sink",
     "runner.driver_between_stages",
+    "runner.later_stage_after_commit",
 )
 #: Every fault point.
 POINTS: tuple[str, ...] = STORE_POINTS + RUNNER_POINTS

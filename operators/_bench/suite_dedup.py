@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import structlog
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BooleanType, StructField, StructType
 
@@ -225,7 +223,6 @@ class _Sides:
                 sink=ParquetSink(str(work / "output")),
                 watermarks={0: Watermark("ts", self.delay_ms)},
                 trigger={"availableNow": True},
-                log_level=logging.WARNING,
             )
         )
         return seconds, query, sum(int(h["metrics"]["numOutputRows"]) for h in query.history)
@@ -269,7 +266,6 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
     """Time each comparison's two sides on the same files, in one session."""
     rows, keys, n = (4_000, 2_000, 2) if quick else (200_000, 100_000, 5)
     delay_ms = (keys // n) * _STEP_MS * 3 // 2
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     progress("starting Spark")
     spark = local_spark("relstate-bench-dedup", {"spark.sql.shuffle.partitions": str(_PARTITIONS)})
     try:

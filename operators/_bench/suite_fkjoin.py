@@ -17,7 +17,6 @@ fails if they differ).
 from __future__ import annotations
 
 import itertools
-import logging
 import random
 import shutil
 import time
@@ -151,7 +150,6 @@ def _relstate(
         checkpoint=str(root / "ck"),
         sink=sink,
         trigger={"availableNow": True},
-        log_level=logging.WARNING,
     )
     query.awaitTermination()
     ends = [started, *sink.finished]

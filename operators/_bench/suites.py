@@ -24,6 +24,8 @@ SUITES: dict[str, str] = {
     "append_join": "operators._bench.suite_append_join",
     "dedup": "operators._bench.suite_dedup",
     "fkjoin": "operators._bench.suite_fkjoin",
+    "aggregate": "operators._bench.suite_aggregate",
+    "topn": "operators._bench.suite_topn",
 }
 
 

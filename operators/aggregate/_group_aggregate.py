@@ -19,47 +19,28 @@ written once, and its result emitted only if it changed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
-from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import check_names, key_tuples, pylists, signs
+from operators._relational import Pending, check_names, key_tuples, signs
 from operators.aggregate._functions import Aggregate, Kind
+from operators.aggregate._per_group import custom_accumulators, finish_per_group
+from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["GroupAggregate"]
 
 Row = tuple[Any, ...]
 
-#: Counter of retractions of rows a group does not hold (Flink ignores them).
-UNKNOWN = "numRetractionsOfUnknownRows"
 
 _ROWS = "__rows"
 _VALUE = "__value"
 _COUNT = "__n"
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
-
-
-@dataclass
-class _Touched:
-    """A batch's effect on its groups, by group index."""
-
-    keys: list[Row]
-    index: dict[Row, int]
-    rows: list[int]
-    #: Per aggregate position: per group a value (a delta, a batch extreme).
-    deltas: dict[int, list[Any]] = field(default_factory=dict)
-    #: min/max over a changelog: per aggregate position, the new extreme of
-    #: each group that lost a value (found by a scan), and the extreme of the
-    #: values each other group gained (to merge with its stored one).
-    extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = field(default_factory=dict)
-    #: count(distinct): per aggregate position, group -> change of the count.
-    distinct: dict[int, dict[int, int]] = field(default_factory=dict)
 
 
 class GroupAggregate(Operator):
@@ -114,6 +95,7 @@ class GroupAggregate(Operator):
         self.having = having
         self.changelog = changelog
         self.inputs = [schema]
+        self._pending = Pending()
         self._k = len(group_by)
         key_fields = [schema.field(k) for k in group_by]
         input_types = [
@@ -178,23 +160,47 @@ class GroupAggregate(Operator):
 
     # -- a batch ------------------------------------------------------------------------
 
+    def open(self, ctx: OperatorContext) -> None:
+        """A micro-batch begins: nothing gathered yet."""
+        self._pending.start(ctx)
+
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        """Fold the batch per group, update the state of each group it
+        """Check a chunk of the micro-batch's rows and gather it: the batch
+        is folded as a whole at :meth:`close`."""
+        signs(batch, self.name, self.changelog)  # bad row kinds fail here
+        self._pending.add(ctx, batch)
+
+    def close(self, ctx: OperatorContext) -> None:
+        """Fold the micro-batch per group, update the state of each group it
         touched once, and emit the results that changed."""
-        if not batch.num_rows:
+        batch = self._pending.take(ctx)
+        if batch is None:
             return
         sign = signs(batch, self.name, self.changelog)
         touched = self._fold(batch, sign)
         results = ctx.table("results")
-        stored = results.get_rows(touched.keys)
         for column, table_name in self._extremes.items():
             self._apply_extremes(ctx, ctx.table(table_name), batch, sign, column, touched)
         for column, table_name in self._distinct.items():
             self._apply_distinct(ctx.table(table_name), batch, sign, column, touched)
-        customs = self._custom_accumulators(batch, sign, touched, stored)
-        self._finish(ctx, results, touched, stored, customs)
+        if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
+            finish_in_arrow(
+                ctx,
+                results,
+                touched.folded,
+                self.aggregates,
+                self.output,
+                touched.extremes,
+                touched.distinct,
+                self.changelog,
+                self.having,
+            )
+            return
+        stored = results.get_rows(touched.keys)
+        customs = custom_accumulators(self, batch, sign, touched, stored)
+        finish_per_group(self, ctx, results, touched, stored, customs)
 
-    def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> _Touched:
+    def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> Touched:
         """The touched groups, in order of first arrival, with each summed
         aggregate's delta and each append-only min / max's batch extreme."""
         columns: dict[str, pa.Array] = {
@@ -219,18 +225,7 @@ class GroupAggregate(Operator):
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
-        keys = key_tuples([folded.column(g) for g in groups], folded.num_rows)
-        touched = _Touched(
-            keys, {k: i for i, k in enumerate(keys)}, folded.column("__s_sum").to_pylist()
-        )
-        for name, how in spec[1:]:
-            position = int(name[3:])
-            values = pylists([folded.column(f"{name}_{how}")])[0]
-            if name.startswith("__c"):
-                touched.deltas[-position - 1] = values  # non-null counts
-            else:
-                touched.deltas[position] = values
-        return touched
+        return Touched(folded, groups)
 
     def _apply_extremes(
         self,
@@ -239,7 +234,7 @@ class GroupAggregate(Operator):
         batch: pa.RecordBatch,
         sign: pa.Array,
         column: str,
-        touched: _Touched,
+        touched: Touched,
     ) -> None:
         """Apply the batch to a min / max column's materialized input, then
         find the new extreme of each group it changed: the batch's new values
@@ -253,25 +248,36 @@ class GroupAggregate(Operator):
         ]
         entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
         added: dict[int, list[Any]] = {}
-        rescan: set[int] = set()
+        retracted: dict[int, list[Any]] = {}
         for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
             group = touched.index[entry[: self._k]]
             before = 0 if old is None else old[-1]
             self._write_count(ctx, table, entry, old, before + delta)
-            if delta < 0:
-                rescan.add(group)
-            else:
-                added.setdefault(group, []).append(entry[self._k])
+            into = retracted if delta < 0 else added
+            into.setdefault(group, []).append(entry[self._k])
+        # The stored extreme of each group that lost values: a group needs a
+        # scan only if it lost its extreme (or a value that is not beyond it).
+        lost = sorted(retracted)
+        stored = dict(
+            zip(lost, ctx.table("results").get_rows([touched.keys[g] for g in lost]), strict=True)
+        )
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
-            pick = min if agg.kind is Kind.MIN else max
+            is_min = agg.kind is Kind.MIN
+            at = self._acc[i].start
             rescanned: dict[int, Any] = {}
-            for group in rescan:
-                reverse = agg.kind is Kind.MAX
-                first = next(table.scan(touched.keys[group], reverse=reverse), None)
+            for group in lost:
+                row = stored[group]
+                current = None if row is None else row[at]
+                if current is not None and all(
+                    (v > current) if is_min else (v < current) for v in retracted[group]
+                ):
+                    continue
+                first = next(table.scan(touched.keys[group], reverse=not is_min), None)
                 rescanned[group] = None if first is None else first[self._k]
-            gained = {g: pick(v) for g, v in added.items() if g not in rescan}
+            pick = min if is_min else max
+            gained = {g: pick(v) for g, v in added.items() if g not in rescanned}
             touched.extremes[i] = (rescanned, gained)
 
     def _apply_distinct(
@@ -280,7 +286,7 @@ class GroupAggregate(Operator):
         batch: pa.RecordBatch,
         sign: pa.Array,
         column: str,
-        touched: _Touched,
+        touched: Touched,
     ) -> None:
         """Apply the batch to a ``count(distinct)`` column's value counts; a
         value whose count leaves zero adds one to its group's distinct count,
@@ -320,157 +326,6 @@ class GroupAggregate(Operator):
         elif old is not None:
             table.delete(old)
 
-    def _custom_accumulators(
-        self,
-        batch: pa.RecordBatch,
-        sign: pa.Array,
-        touched: _Touched,
-        stored: list[Row | None],
-    ) -> dict[int, dict[int, tuple[Any, ...]]]:
-        """Each custom aggregate's new accumulator per touched group: its
-        stored one (or ``init()``), with the batch's rows accumulated or
-        retracted in batch order."""
-        customs = [i for i, a in enumerate(self.aggregates) if a.kind is Kind.CUSTOM]
-        if not customs:
-            return {}
-        groups = [
-            touched.index[k]
-            for k in key_tuples([batch.column(c) for c in self.key_columns], batch.num_rows)
-        ]
-        steps = sign.to_pylist()
-        out: dict[int, dict[int, tuple[Any, ...]]] = {}
-        for i in customs:
-            agg = self.aggregates[i]
-            function = agg.function
-            assert function is not None and agg.column is not None
-            accs: dict[int, tuple[Any, ...]] = {}
-            values = batch.column(agg.column).to_pylist()
-            for group, step, value in zip(groups, steps, values, strict=True):
-                acc = accs.get(group)
-                if acc is None:
-                    row = stored[group]
-                    acc = function.init() if row is None else tuple(row[self._acc[i]])
-                accs[group] = (
-                    function.accumulate(acc, value) if step > 0 else function.retract(acc, value)
-                )
-            out[i] = accs
-        return out
-
-    # -- results ------------------------------------------------------------------------
-
-    def _finish(
-        self,
-        ctx: OperatorContext,
-        results: StateTable,
-        touched: _Touched,
-        stored: list[Row | None],
-        customs: dict[int, dict[int, tuple[Any, ...]]],
-    ) -> None:
-        """Write each touched group's new state and emit its result's change."""
-        out: dict[RowKind, list[Row]] = {k: [] for k in RowKind}
-        unknown = 0
-        for group, (key, old) in enumerate(zip(touched.keys, stored, strict=True)):
-            rows = (0 if old is None else old[self._k]) + touched.rows[group]
-            old_result = None if old is None else self._visible(self._result(old))
-            if rows <= 0:
-                unknown -= min(rows, 0)
-                if old is not None:
-                    results.delete(old)
-                if old_result is not None:
-                    out[RowKind.DELETE].append(old_result)
-                continue
-            new = (*key, rows, *self._accumulators(group, touched, old, customs))
-            if old is None:
-                results.insert(new)
-            elif new != old:
-                results.update(old, new)
-            new_result = self._visible(self._result(new))
-            if old_result is None:
-                if new_result is not None:
-                    out[RowKind.INSERT].append(new_result)
-            elif new_result is None:
-                out[RowKind.DELETE].append(old_result)
-            elif not _same(old_result, new_result):
-                out[RowKind.UPDATE_BEFORE].append(old_result)
-                out[RowKind.UPDATE_AFTER].append(new_result)
-        if unknown:
-            ctx.count(UNKNOWN, unknown)
-        # Groups are independent: each kind goes out as one batch, a group's
-        # -U before its +U.
-        for kind in (RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.INSERT):
-            rows_out = out[kind]
-            if rows_out:
-                columns = list(zip(*rows_out, strict=True))
-                ctx.emit_batch(
-                    [pa.array(list(c), f.type) for c, f in zip(columns, self.output, strict=True)],
-                    kind,
-                )
-
-    def _accumulators(
-        self,
-        group: int,
-        touched: _Touched,
-        old: Row | None,
-        customs: dict[int, dict[int, tuple[Any, ...]]],
-    ) -> list[Any]:
-        """A group's accumulators after the batch, flattened as stored."""
-        out: list[Any] = []
-        for i, agg in enumerate(self.aggregates):
-            acc: tuple[Any, ...] = () if old is None else tuple(old[self._acc[i]])
-            kind = agg.kind
-            if kind is Kind.COUNT_STAR:
-                continue
-            if kind in _SUMMED:
-                count = (acc[-1] if acc else 0) + touched.deltas[-i - 1][group]
-                if kind is Kind.COUNT:
-                    out.append(count)
-                    continue
-                total = (acc[0] if acc else 0) + touched.deltas[i][group]
-                # Without a non-null value left the sum is nothing, not the
-                # rounding a float sum kept of what was retracted.
-                out.extend((total if count else type(total)(), count))
-            elif kind in (Kind.MIN, Kind.MAX):
-                current = acc[0] if acc else None
-                if not self.changelog:
-                    out.append(_pick(kind, current, touched.deltas[i][group]))
-                    continue
-                rescanned, added = touched.extremes[i]
-                if group in rescanned:
-                    out.append(rescanned[group])
-                else:
-                    out.append(_pick(kind, current, added.get(group)))
-            elif kind is Kind.COUNT_DISTINCT:
-                out.append((acc[0] if acc else 0) + touched.distinct[i].get(group, 0))
-            else:
-                custom = customs[i].get(group)
-                out.extend(acc if custom is None else custom)
-        return out
-
-    def _result(self, state: Row) -> Row:
-        """The output row of a stored group state."""
-        values: list[Any] = list(state[: self._k])
-        for i, agg in enumerate(self.aggregates):
-            acc = state[self._acc[i]]
-            kind = agg.kind
-            if kind is Kind.COUNT_STAR:
-                values.append(state[self._k])
-            elif kind in (Kind.COUNT, Kind.COUNT_DISTINCT, Kind.MIN, Kind.MAX):
-                values.append(acc[0])
-            elif kind is Kind.SUM:
-                values.append(acc[0] if acc[1] else None)
-            elif kind is Kind.AVG:
-                values.append(acc[0] / acc[1] if acc[1] else None)
-            else:
-                assert agg.function is not None
-                values.append(agg.function.result(tuple(acc)))
-        return tuple(values)
-
-    def _visible(self, result: Row) -> Row | None:
-        """The result if the group passes ``having``, else ``None``."""
-        if self.having is None or self.having(dict(zip(self.output.names, result, strict=True))):
-            return result
-        return None
-
 
 def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[pa.Field]:
     """The stored accumulator of aggregate ``i``."""
@@ -496,15 +351,6 @@ def _sum_type(input_type: pa.DataType) -> pa.DataType:
     return pa.float64() if pa.types.is_floating(input_type) else pa.int64()
 
 
-def _pick(kind: Kind, current: Any, new: Any) -> Any:
-    """The min (or max) of two values, ``None`` meaning no value."""
-    if current is None:
-        return new
-    if new is None:
-        return current
-    return min(current, new) if kind is Kind.MIN else max(current, new)
-
-
 def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
     """The net change of a batch per distinct key of ``arrays`` (rows where
     ``keep`` holds), leaving out keys whose changes cancel."""
@@ -516,8 +362,3 @@ def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[R
     net = net.filter(pc.not_equal(net.column("__s_sum"), 0))
     entries = key_tuples([net.column(k) for k in keys], net.num_rows)
     return entries, net.column("__s_sum").to_pylist()
-
-
-def _same(a: Row, b: Row) -> bool:
-    """Equal results, a NaN equal to a NaN."""
-    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))

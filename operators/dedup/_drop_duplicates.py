@@ -41,7 +41,7 @@ from operators.dedup._columns import (
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
-    from operators._runner import Watermark
+    from operators._watermark import Watermark
 
 __all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import KeyColumn, TableSchema
+from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import check_names, key_tuples, signs
+from operators._relational import Pending, check_names, key_tuples, signs
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["TopN"]
@@ -89,6 +89,7 @@ class TopN(Operator):
         self.with_ties = with_ties
         self.inputs = [schema]
         self.output = schema
+        self._pending = Pending()
         taken = {*partition_by, *order_names}
         rest = [n for n in schema.names if n not in taken]
         identity = rest if row_key is None else [n for n in row_key if n not in taken]
@@ -106,13 +107,26 @@ class TopN(Operator):
                 [*(schema.field(n) for n in stored), pa.field(_COUNT, pa.int64(), nullable=False)],
                 [*partition_by, *order, *identity],
                 name="rows",
+                # A global top lives on one partition: its rows cannot move.
+                partition_by=None if partition_by else PartitionLocal(),
             )
         ]
 
+    def open(self, ctx: OperatorContext) -> None:
+        """A micro-batch begins: nothing gathered yet."""
+        self._pending.start(ctx)
+
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        """Fold the batch per row and partition, apply it, and emit each
-        touched partition's change of its top."""
-        if not batch.num_rows:
+        """Check a chunk of the micro-batch's rows and gather it: the batch
+        is folded as a whole at :meth:`close`."""
+        signs(batch, self.name, True)  # bad row kinds fail here
+        self._pending.add(ctx, batch)
+
+    def close(self, ctx: OperatorContext) -> None:
+        """Fold the micro-batch per row and partition, apply it, and emit
+        each touched partition's change of its top."""
+        batch = self._pending.take(ctx)
+        if batch is None:
             return
         steps = signs(batch, self.name, True).to_pylist()
         rows = key_tuples([batch.column(n) for n in self._stored], batch.num_rows)
@@ -124,18 +138,17 @@ class TopN(Operator):
             if delta:
                 changed.setdefault(row[: self._p], []).append(row)
         table = ctx.table("rows")
+        # The tops before the batch, of the partitions whose changes can reach them.
+        before: dict[Row, list[Row]] = {}
+        for partition, entries in changed.items():
+            top, boundary = self._top(table, partition)
+            if boundary is None or not all(self._after(table, e, boundary) for e in entries):
+                before[partition] = top
+        self._apply(ctx, table, [e for entries in changed.values() for e in entries], net)
         left: list[Row] = []
         entered: list[Row] = []
-        for partition, entries in changed.items():
-            before, boundary = self._top(table, partition)
-            if boundary is not None and all(
-                self._after(table, entry, boundary) for entry in entries
-            ):
-                self._apply(ctx, table, entries, net)
-                continue
-            self._apply(ctx, table, entries, net)
-            after, _ = self._top(table, partition)
-            old, new = Counter(before), Counter(after)
+        for partition, top in before.items():
+            old, new = Counter(top), Counter(self._top(table, partition)[0])
             left.extend((old - new).elements())
             entered.extend((new - old).elements())
         for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
+from operators._stages import partition_of
 
 from operators import RowKind
-from operators._stages import partition_of
 from operators.testing import Emitted, OperatorHarness
 
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("w", pa.string()), ("id", pa.int64())])
@@ -102,9 +102,11 @@ class Partitioned:
             parts[partition_of(key, len(self.harnesses))].append((kind, row))
         out: list[Emitted] = []
         for harness, part in zip(self.harnesses, parts, strict=True):
+            n = len(harness.output)
             if part:
-                out += harness.process_batch(as_batch(part))
-            harness.commit()
+                harness.process_batch(as_batch(part))
+            harness.commit()  # the operators emit at the end of a batch
+            out += harness.output[n:]
         return out
 
     def close(self) -> None:

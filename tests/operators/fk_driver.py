@@ -1,6 +1,6 @@
 """A test driver for the foreign-key join without Spark: keeps both tables as
 they stand, turns upserts and deletes into changelogs with before-images and
-sequence numbers, runs each micro-batch through a StageHarness (several
+sequence numbers, runs each micro-batch through a PipelineHarness (several
 partitions per stage) and keeps the materialised output; plus the batch join
 of the two tables that the output must equal."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators import FkJoin, RowKind
-from operators.testing import StageHarness
+from operators import FkJoin, Pipeline, RowKind
+from operators.testing import PipelineHarness
 
 Key = tuple[Any, ...]
 
@@ -58,9 +58,17 @@ class FkDriver:
         self.shared_sequences = shared_sequences
         self.right_before_images = right_before_images
         self.shuffle = shuffle
-        self.harness = StageHarness(
-            join.stages(), 2, partitions, join.sequence_column, backend, tie_break
+        pipeline = Pipeline()
+        left = pipeline.source(
+            join.prepared_schema(join.with_sequence(join.left)),
+            "left",
+            sequence=join.sequence_column,
         )
+        right = pipeline.source(
+            join.with_sequence(join.right), "right", sequence=join.sequence_column
+        )
+        self.output_stage = join.add_to(pipeline, left, right).name
+        self.harness = PipelineHarness(pipeline, partitions, backend, tie_break)
         self.left: dict[Key, tuple[Any, ...]] = {}
         self.right: dict[Any, tuple[Any, ...]] = {}
         #: The output table as the upsert changelog leaves it, by K.
@@ -213,7 +221,7 @@ class FkDriver:
         left = tables[0]
         if left is not None:
             tables[0] = pa.Table.from_batches([self.join.prepare_left(left.to_batches()[0])])
-        out = self.harness.run_batch(tables)
+        out = self.harness.run_batch(tables)[self.output_stage]
         changes: dict[Key, tuple[Any, ...] | None] = {}
         names = self.join.output.names
         for record in out.to_pylist():

@@ -190,3 +190,28 @@ class TestAppendJoinSuite:
         more = workload.AppendWorkload(rows=800, batches=2)
         with pytest.raises(RuntimeError, match="saw 800 rows of 1600"):
             workload.run_spark_floor(spark, more, dirs, tmp_path / "short", 2)
+
+
+class TestRelationalWorkload:
+    def test_changelog_retracts_only_live_rows(self) -> None:
+        """The aggregate and top-N suites' changelog retracts only rows that
+        are live, with the old values, and keeps the batch sizes it names."""
+        from operators._bench.relational_workload import changelog_stream
+
+        batches = changelog_stream(500, 100, 4, 20, seed=3)
+        assert [b.num_rows for b in batches] == [500, 160, 160, 160]
+        live: dict[int, tuple[int, int]] = {}
+        for batch in batches:
+            for k, v, i, kind in zip(*(c.to_pylist() for c in batch.columns), strict=True):
+                if kind in ("-U", "-D"):
+                    assert live.pop(i) == (k, v)
+                else:
+                    assert i not in live
+                    live[i] = (k, v)
+        assert len(live) == 500
+
+    def test_live_rows_counts_inserts_less_deletes(self) -> None:
+        """What an upsert or top-N changelog leaves: +I less -D."""
+        from operators._bench.relational_workload import Timed, live_rows
+
+        assert live_rows(Timed(1.0, {"+I": 7, "-U": 3, "+U": 3, "-D": 2})) == 5

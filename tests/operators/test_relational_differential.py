@@ -14,6 +14,7 @@ import pytest
 from encoding import Direction, KeyColumn, NullOrder
 from operators import RowKind
 from operators.aggregate import Aggregate, GroupAggregate
+from operators.examples import Variance
 from operators.testing import Emitted
 from operators.topn import TopN
 from tests.operators._relational_model import (
@@ -97,6 +98,18 @@ class TestGroupAggregateDifferential:
             seed,
             lambda: GroupAggregate(SCHEMA, ["g"], AGGREGATES, having=lambda r: r["count"] >= 3),
             AGGREGATE_SQL + " HAVING COUNT(*) >= 3",
+        )
+
+    @pytest.mark.parametrize("seed", SEEDS[:40])
+    def test_with_custom_aggregate_equals_group_by(self, seed: int) -> None:
+        """With a custom aggregate (worked group by group in Python rather
+        than in Arrow), every result is SQL's, the variance too."""
+        check_aggregate(
+            seed,
+            lambda: GroupAggregate(
+                SCHEMA, ["g"], [*AGGREGATES, Aggregate.custom(Variance(), "v", "var_v")]
+            ),
+            AGGREGATE_SQL.replace(" FROM t", ", AVG(v * v) - AVG(v) * AVG(v) FROM t"),
         )
 
     @pytest.mark.parametrize("seed", SEEDS[:40])

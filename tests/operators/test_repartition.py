@@ -16,6 +16,7 @@ import pytest
 
 from encoding import TableSchema
 from operators import _repartition, cli
+from operators._journal import QueryShape, StageShape
 from operators._repartition import repartition
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation
@@ -138,13 +139,9 @@ class TestRepartition:
                 assert all(spark_partition([r[0]], [pa.int64()], new) == p for r in part)
             assert sorted(r for part in found.values() for r in part) == rows[table.name]
         location = StateLocation(checkpoint)
-        assert location.query() == {
-            "operator": OPERATOR,
-            "partitions": new,
-            "key_types": [["bigint"]],
-        }
+        assert location.query() == QueryShape((StageShape(OPERATOR, ("bigint",)),), new)
         record = location.record(0)
-        assert record is not None and sorted(record.winners) == list(range(new))
+        assert record is not None and sorted(record.winners_of(OPERATOR)) == list(range(new))
         assert record.watermark == 7
         assert Path(result.backup).is_dir()
 
@@ -157,7 +154,8 @@ class TestRepartition:
         assert len(set(backups)) == 3
         assert all(Path(b).is_dir() for b in backups)
         first = StateLocation(backups[0])
-        assert first.query() is not None and first.query()["partitions"] == 2  # type: ignore[index]
+        shape = first.query()
+        assert shape is not None and shape.partitions == 2
         assert first.partitions(OPERATOR) == [0, 1]
         found = all_rows(backups[0], TOTALS)
         assert sorted(r for part in found.values() for r in part) == rows["totals"]
@@ -350,8 +348,8 @@ class TestRefusals:
             _repartition._placements([TableMeta.from_json(obj)], ["bigint"])
 
     def test_a_pipeline_record_that_does_not_name_its_stages(self, tmp_path: Path) -> None:
-        """A run_stages record whose stages are not those its query record
-        names (one key per stage) is refused: no stage's key is guessed."""
+        """A query record (the format before pipelines) that names two stages
+        but one key is refused: no stage's key is guessed."""
         checkpoint = write_state(tmp_path, 2, _rows(seed=13), ["bigint"])
         runner = tmp_path / "checkpoint" / "state" / "_runner"
         query = json.loads((runner / "query.json").read_text())

@@ -220,7 +220,7 @@ class TestBadInput:
         """Restarting with the key column of another type is a clear error."""
         _run(spark, tmp_path, small[:1])
         stream = spark.readStream.schema("key long, value long").parquet(str(tmp_path / "source"))
-        with pytest.raises(InputError, match="key_types"):
+        with pytest.raises(InputError, match="key types"):
             run_operator(
                 stream,
                 RunningAggregate(key_type=pa.int64()),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from operators import _runner
-from operators._runner import _side_batches
+from operators import _spark_task
+from operators._spark_task import side_batches
 
-COLUMNS = [["k", "row_kind"], ["k", "row_kind"]]
+COLUMNS = [["k"], ["k"]]
 
 
 def tagged(sides: list[int], start: int = 0) -> pa.RecordBatch:
@@ -36,19 +36,19 @@ class TestSideBatches:
         a run that goes on in the next input batch is joined with it."""
         batches = [tagged([0, 0, 1], 0), tagged([1, 1, 0], 3), tagged([0], 6)]
         out = [
-            (side, b.column("k").to_pylist()) for side, b in _side_batches(iter(batches), COLUMNS)
+            (side, b.column("k").to_pylist()) for side, b in side_batches(iter(batches), COLUMNS)
         ]
         assert out == [(0, [0, 1]), (1, [2, 3, 4]), (0, [5, 6])]
         assert all(
-            b.schema.names == ["k", "row_kind"] for _, b in _side_batches(iter(batches), COLUMNS)
+            b.schema.names == ["k", "row_kind"] for _, b in side_batches(iter(batches), COLUMNS)
         )
 
     def test_a_long_run_is_cut_at_the_chunk_size(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A run longer than the chunk size comes out in chunks of at least
         that size, none lost."""
-        monkeypatch.setattr(_runner, "_CHUNK_ROWS", 4)
+        monkeypatch.setattr(_spark_task, "CHUNK_ROWS", 4)
         batches = [tagged([0] * 3, 3 * i) for i in range(5)]
-        out = [b.column("k").to_pylist() for _, b in _side_batches(iter(batches), COLUMNS)]
+        out = [b.column("k").to_pylist() for _, b in side_batches(iter(batches), COLUMNS)]
         assert [len(c) for c in out] == [6, 6, 3]
         assert [k for chunk in out for k in chunk] == list(range(15))
 
@@ -57,10 +57,10 @@ class TestSideBatches:
         nothing: the runs around it are joined as if it were not there."""
         batches = [tagged([0, 0], 0), tagged([], 2), tagged([0, 1], 2)]
         out = [
-            (side, b.column("k").to_pylist()) for side, b in _side_batches(iter(batches), COLUMNS)
+            (side, b.column("k").to_pylist()) for side, b in side_batches(iter(batches), COLUMNS)
         ]
         assert out == [(0, [0, 1, 2]), (1, [3])]
 
     def test_no_input_gives_nothing(self) -> None:
         """A task without input rows hands the operator no batch."""
-        assert list(_side_batches(iter([]), COLUMNS)) == []
+        assert list(side_batches(iter([]), COLUMNS)) == []

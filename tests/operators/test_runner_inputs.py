@@ -12,7 +12,7 @@ import pytest
 
 from encoding import TableSchema
 from operators import Operator, OperatorContext, ParquetSink, RowKind, run_operator
-from operators._runner import _open_store, _Plan
+from operators._spark_task import StagePlan, open_store
 from operators.demo import write_batches
 from operators.testing import OperatorHarness
 from statestore import StateStore, StoreConfig
@@ -123,9 +123,9 @@ class TestSecondAttempt:
         attempt on the same host opens a cache of its own; both commit, and
         loading by the recorded winner gives the winner's state."""
         config = StoreConfig(local_dir=str(tmp_path / "local"), partition_count=1)
-        plan = _Plan(SideCounts(), str(tmp_path / "state"), 1, [], {}, config)
-        first = _open_store(plan, 0, attempt=0)
-        second = _open_store(plan, 0, attempt=1)
+        plan = StagePlan(SideCounts(), str(tmp_path / "state"), 1, [], {}, config)
+        first = open_store(plan, 0, attempt=0)
+        second = open_store(plan, 0, attempt=1)
         try:
             assert first.local_dir != second.local_dir
             for store, left in ((first, 1), (second, 2)):

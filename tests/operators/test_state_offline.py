@@ -373,6 +373,24 @@ class TestInspectOutput:
             assert captured.out == ""
             assert "there is no relstate state at" in captured.err and says in captured.err
 
+    def test_harness_and_inspect_print_no_log_lines_by_default(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """By default the harness's state commits and inspect's reads print no
+        log lines: stdout holds only inspect's own output, stderr nothing."""
+        monkeypatch.delenv("RELSTATE_LOG", raising=False)
+        schema = pa.schema([("k", pa.int64()), ("name", pa.string())])
+
+        def feed(harness: OperatorHarness, partition: int, batch: int) -> None:
+            harness.process_rows([(1, "a")])
+
+        state = harness_state(tmp_path, lambda: LatestRow(schema), feed, 2, 2, [["bigint"]])
+        assert capsys.readouterr() == ("", "")
+        assert cli.main(["inspect", str(state), "--table", "rows"]) == 0
+        captured = capsys.readouterr()
+        assert "state_store" not in captured.out
+        assert captured.err == ""
+
     def test_rows_print_null_as_null(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
@@ -384,7 +402,7 @@ class TestInspectOutput:
             harness.process_rows([(1, None), (2, ""), (3, "x")])
 
         state = harness_state(tmp_path, lambda: LatestRow(schema), feed, 1, 1, [["bigint"]])
-        capsys.readouterr()  # the harness's log lines
+        assert capsys.readouterr() == ("", "")  # the harness logs nothing by default
         assert cli.main(["inspect", str(state), "--table", "rows"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert [line.split() for line in lines[3:]] == [["1", "null"], ["2"], ["3", "x"]]

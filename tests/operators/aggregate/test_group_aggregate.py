@@ -15,7 +15,7 @@ from operators import RowKind
 from operators.aggregate import Aggregate, GroupAggregate
 from operators.errors import InputError
 from operators.examples import Variance
-from operators.testing import OperatorHarness
+from operators.testing import Emitted, OperatorHarness
 
 INS, UB, UA, DEL = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("id", pa.int64())])
@@ -41,16 +41,23 @@ def make(
         harness.close()
 
 
+def step(h: OperatorHarness, rows: list[tuple[Any, ...]], kinds: Any = None) -> list[Emitted]:
+    """Run rows as one micro-batch (the operator folds a whole batch, and
+    emits at its end) and return what it emitted."""
+    n = len(h.output)
+    h.process_rows(rows, kinds)
+    h.commit()
+    return h.output[n:]
+
+
 class TestRetractionEdges:
     def test_last_row_retracted_deletes_group(self, make: Callable[..., OperatorHarness]) -> None:
         """Retracting a group's last row emits -D of its result and drops its state."""
         h = make([Aggregate.count(), Aggregate.sum("v")])
-        assert h.process_rows([("a", 5, 1)]) == [(INS, ("a", 1, 5))]
-        h.commit()
-        assert h.process_rows([("a", 5, 1)], kinds=[DEL]) == [(DEL, ("a", 1, 5))]
-        h.commit()
+        assert step(h, [("a", 5, 1)]) == [(INS, ("a", 1, 5))]
+        assert step(h, [("a", 5, 1)], kinds=[DEL]) == [(DEL, ("a", 1, 5))]
         assert list(h.table("results").scan()) == []
-        assert h.process_rows([("a", 2, 2)]) == [(INS, ("a", 1, 2))]
+        assert step(h, [("a", 2, 2)]) == [(INS, ("a", 1, 2))]
 
     def test_min_retracted_while_equal_value_remains(
         self, make: Callable[..., OperatorHarness]
@@ -58,10 +65,9 @@ class TestRetractionEdges:
         """Retracting one row holding the min leaves the min where another row
         holds the same value: the result does not change, nothing is emitted."""
         h = make([Aggregate.min("v"), Aggregate.max("v")])
-        h.process_rows([("a", 1, 1), ("a", 1, 2), ("a", 4, 3)])
-        h.commit()
-        assert h.process_rows([("a", 1, 1)], kinds=[DEL]) == []
-        assert h.process_rows([("a", 1, 2)], kinds=[DEL]) == [
+        step(h, [("a", 1, 1), ("a", 1, 2), ("a", 4, 3)])
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == []
+        assert step(h, [("a", 1, 2)], kinds=[DEL]) == [
             (UB, ("a", 1, 4)),
             (UA, ("a", 4, 4)),
         ]
@@ -69,30 +75,28 @@ class TestRetractionEdges:
     def test_max_retracted_brings_next(self, make: Callable[..., OperatorHarness]) -> None:
         """Retracting the max makes the next largest value the max (one scan)."""
         h = make([Aggregate.max("v")])
-        h.process_rows([("a", 3, 1), ("a", 9, 2), ("a", 7, 3)])
-        h.commit()
-        assert h.process_rows([("a", 9, 2)], kinds=[DEL]) == [(UB, ("a", 9)), (UA, ("a", 7))]
+        step(h, [("a", 3, 1), ("a", 9, 2), ("a", 7, 3)])
+        assert step(h, [("a", 9, 2)], kinds=[DEL]) == [(UB, ("a", 9)), (UA, ("a", 7))]
 
     def test_identical_rows_count_in_materialized_input(
         self, make: Callable[..., OperatorHarness]
     ) -> None:
         """Two identical rows are two copies: retracting one keeps the min."""
         h = make([Aggregate.min("v")])
-        h.process_rows([("a", 1, 1), ("a", 1, 1), ("a", 2, 2)])
-        assert h.process_rows([("a", 1, 1)], kinds=[DEL]) == []
-        assert h.process_rows([("a", 1, 1)], kinds=[DEL]) == [(UB, ("a", 1)), (UA, ("a", 2))]
+        step(h, [("a", 1, 1), ("a", 1, 1), ("a", 2, 2)])
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == []
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == [(UB, ("a", 1)), (UA, ("a", 2))]
 
     def test_distinct_count_back_to_zero(self, make: Callable[..., OperatorHarness]) -> None:
         """A distinct count follows values in and out, back to zero while the
         group keeps rows with null values."""
         h = make([Aggregate.count(), Aggregate.count_distinct("v")])
-        h.process_rows([("a", 1, 1), ("a", 1, 2), ("a", None, 3)])
-        h.commit()
-        assert h.process_rows([("a", 1, 1)], kinds=[DEL]) == [
+        step(h, [("a", 1, 1), ("a", 1, 2), ("a", None, 3)])
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == [
             (UB, ("a", 3, 1)),
             (UA, ("a", 2, 1)),
         ]
-        assert h.process_rows([("a", 1, 2)], kinds=[DEL]) == [
+        assert step(h, [("a", 1, 2)], kinds=[DEL]) == [
             (UB, ("a", 2, 1)),
             (UA, ("a", 1, 0)),
         ]
@@ -102,9 +106,8 @@ class TestRetractionEdges:
         """An update whose new row has another group key retracts from one
         group and accumulates into the other."""
         h = make([Aggregate.count(), Aggregate.min("v")])
-        h.process_rows([("a", 1, 1), ("a", 2, 2)])
-        h.commit()
-        out = h.process_rows([("a", 1, 1), ("b", 1, 1)], kinds=[UB, UA])
+        step(h, [("a", 1, 1), ("a", 2, 2)])
+        out = step(h, [("a", 1, 1), ("b", 1, 1)], kinds=[UB, UA])
         assert sorted(out, key=lambda e: (e[0].value, e[1])) == [
             (INS, ("b", 1, 1)),
             (UA, ("a", 1, 2)),
@@ -116,17 +119,25 @@ class TestFoldAndNulls:
     def test_no_output_when_batch_leaves_result(self, make: Callable[..., OperatorHarness]) -> None:
         """A batch that adds a row and retracts it again emits nothing."""
         h = make([Aggregate.count(), Aggregate.sum("v")])
-        h.process_rows([("a", 1, 1)])
-        h.commit()
-        assert h.process_rows([("a", 5, 2), ("a", 5, 2)], kinds=[INS, DEL]) == []
+        step(h, [("a", 1, 1)])
+        assert step(h, [("a", 5, 2), ("a", 5, 2)], kinds=[INS, DEL]) == []
 
     def test_one_change_per_group_per_batch(self, make: Callable[..., OperatorHarness]) -> None:
         """Many rows of a group in one batch give one -U/+U pair."""
         h = make([Aggregate.count()])
-        h.process_rows([("a", 1, 1)])
-        h.commit()
-        out = h.process_rows([("a", 1, 2), ("a", 1, 3), ("a", 1, 4)])
+        step(h, [("a", 1, 1)])
+        out = step(h, [("a", 1, 2), ("a", 1, 3), ("a", 1, 4)])
         assert out == [(UB, ("a", 1)), (UA, ("a", 4))]
+
+    def test_chunks_of_one_batch_fold_together(self, make: Callable[..., OperatorHarness]) -> None:
+        """The runner hands a micro-batch over in chunks: a group touched by
+        two chunks changes once, at the end of the batch."""
+        h = make([Aggregate.count()])
+        step(h, [("a", 1, 1)])
+        assert h.process_rows([("a", 1, 2)]) == []
+        assert h.process_rows([("a", 1, 3)]) == []
+        h.commit()
+        assert h.output[-2:] == [(UB, ("a", 1)), (UA, ("a", 3))]
 
     def test_sql_nulls(self, make: Callable[..., OperatorHarness]) -> None:
         """Null keys form one group; null values count in count(*) only, and
@@ -141,7 +152,7 @@ class TestFoldAndNulls:
                 Aggregate.count_distinct("v"),
             ]
         )
-        out = h.process_rows([(None, None, 1), (None, None, 2), ("a", 2, 3), ("a", None, 4)])
+        out = step(h, [(None, None, 1), (None, None, 2), ("a", 2, 3), ("a", None, 4)])
         assert sorted(out, key=repr) == sorted(
             [(INS, (None, 2, 0, None, None, None, 0)), (INS, ("a", 2, 1, 2, 2.0, 2, 1))], key=repr
         )
@@ -150,14 +161,14 @@ class TestFoldAndNulls:
         """The sum of a group whose non-null values were all retracted is null
         again, not zero."""
         h = make([Aggregate.sum("v")])
-        h.process_rows([("a", 4, 1), ("a", None, 2)])
-        assert h.process_rows([("a", 4, 1)], kinds=[DEL]) == [(UB, ("a", 4)), (UA, ("a", None))]
+        step(h, [("a", 4, 1), ("a", None, 2)])
+        assert step(h, [("a", 4, 1)], kinds=[DEL]) == [(UB, ("a", 4)), (UA, ("a", None))]
 
     def test_unknown_retraction_counted(self, make: Callable[..., OperatorHarness]) -> None:
         """Retracting from a group that has no rows emits nothing and counts it."""
         h = make([Aggregate.count(), Aggregate.min("v")])
-        assert h.process_rows([("z", 1, 1)], kinds=[DEL]) == []
-        assert h.metrics["numRetractionsOfUnknownRows"] == 2
+        assert step(h, [("z", 1, 1)], kinds=[DEL]) == []
+        assert h.last_metrics["numRetractionsOfUnknownRows"] == 2
 
 
 class TestHaving:
@@ -165,37 +176,35 @@ class TestHaving:
         """A group passing the filter appears as +I, changes as -U/+U, and
         leaves as -D when it stops passing it."""
         h = make([Aggregate.count()], having=lambda r: r["count"] >= 2)
-        assert h.process_rows([("a", 1, 1)]) == []
-        assert h.process_rows([("a", 1, 2)]) == [(INS, ("a", 2))]
-        assert h.process_rows([("a", 1, 3)]) == [(UB, ("a", 2)), (UA, ("a", 3))]
-        assert h.process_rows([("a", 1, 3), ("a", 1, 2)], kinds=[DEL, DEL]) == [(DEL, ("a", 3))]
-        assert h.process_rows([("a", 1, 1)], kinds=[DEL]) == []
+        assert step(h, [("a", 1, 1)]) == []
+        assert step(h, [("a", 1, 2)]) == [(INS, ("a", 2))]
+        assert step(h, [("a", 1, 3)]) == [(UB, ("a", 2)), (UA, ("a", 3))]
+        assert step(h, [("a", 1, 3), ("a", 1, 2)], kinds=[DEL, DEL]) == [(DEL, ("a", 3))]
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == []
 
 
 class TestCustomAndState:
     def test_custom_variance(self, make: Callable[..., OperatorHarness]) -> None:
         """A custom aggregate accumulates and retracts through its interface."""
         h = make([Aggregate.custom(Variance(), "v", "var_v")])
-        assert h.process_rows([("a", 1, 1), ("a", 3, 2)]) == [(INS, ("a", 1.0))]
-        h.commit()
-        assert h.process_rows([("a", 3, 2)], kinds=[DEL]) == [(UB, ("a", 1.0)), (UA, ("a", 0.0))]
-        assert h.process_rows([("a", 1, 1)], kinds=[DEL]) == [(DEL, ("a", 0.0))]
+        assert step(h, [("a", 1, 1), ("a", 3, 2)]) == [(INS, ("a", 1.0))]
+        assert step(h, [("a", 3, 2)], kinds=[DEL]) == [(UB, ("a", 1.0)), (UA, ("a", 0.0))]
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == [(DEL, ("a", 0.0))]
 
     def test_restore_goes_back(self, make: Callable[..., OperatorHarness]) -> None:
         """After a restore to a committed version, the results continue from it."""
         h = make([Aggregate.count(), Aggregate.max("v")])
-        h.process_rows([("a", 1, 1)])
-        v = h.commit()
-        h.process_rows([("a", 9, 2)])
-        h.commit()
+        step(h, [("a", 1, 1)])
+        v = h.batch_id - 1
+        step(h, [("a", 9, 2)])
         h.restore(v)
-        assert h.process_rows([("a", 5, 3)]) == [(UB, ("a", 1, 1)), (UA, ("a", 2, 5))]
+        assert step(h, [("a", 5, 3)]) == [(UB, ("a", 1, 1)), (UA, ("a", 2, 5))]
 
     def test_append_only_refuses_retraction(self, make: Callable[..., OperatorHarness]) -> None:
         """Built for an append stream, a retraction is an InputError before any state."""
         h = make([Aggregate.min("v")], changelog=False)
         with pytest.raises(InputError, match="changelog=True"):
-            h.process_rows([("a", 1, 1)], kinds=[DEL])
+            step(h, [("a", 1, 1)], kinds=[DEL])
         assert list(h.table("results").scan()) == []
 
     def test_unknown_row_kind(self, make: Callable[..., OperatorHarness]) -> None:

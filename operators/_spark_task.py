@@ -1,0 +1,298 @@
+"""A stage's task, in Spark's Python workers: one partition of one batch.
+
+The task opens the partition's :class:`~statestore.StateStore`, loads the
+previous batch's winning commit, feeds the operator its rows (split into runs
+of one side, each under the side's own column names), fires timers, advances
+the watermark, commits the batch under a fresh commit id and returns its
+output plus one metadata row (its partition, commit id, metrics, the latest
+event time per source). Bad input raises nothing here: the task commits
+nothing and returns one metadata row naming the error, which the driver raises
+as :class:`~operators.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from operators._changelog import ROW_KIND
+from operators._operator import Operator
+from operators._pipeline import same_type
+from operators._sinks import StagedSink
+from operators._task import BatchRun, output_schema, state_metrics, state_tables
+from operators._watermark import max_event_time
+from operators.errors import InputError
+from statestore import LockHeldError, LogConfig, StateStore, StoreConfig, apply_log_config, fault
+
+__all__ = [
+    "META",
+    "ORDER",
+    "SEQ",
+    "SIDE",
+    "StagePlan",
+    "StagedOutput",
+    "TaskBatch",
+    "open_store",
+    "run_task",
+    "tagged",
+    "task_schema",
+]
+
+SIDE = "__side"
+SEQ = "__seq"
+META = "__meta"
+#: The order a stage's output rows were emitted in: partition, then position.
+ORDER = "__ord"
+_ORDER_BITS = 40
+#: A task joins consecutive runs of one side into one batch for its operator
+#: and cuts the batch once it reaches this many rows (the run that reaches it
+#: may take it past).
+CHUNK_ROWS = 65_536
+
+
+def tagged(side: int, name: str) -> str:
+    """A side's column as the stage's input frame holds it."""
+    return f"s{side}__{name}"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What every task of a stage needs, pickled to the executors."""
+
+    operator: Operator
+    location: str
+    partitions: int
+    #: Each side's columns (without ``row_kind``), as the operator sees them.
+    side_columns: list[list[str]]
+    #: Per side with an event-time watermark: its source's name and column.
+    event_times: dict[int, tuple[str, str]]
+    store: StoreConfig
+    #: The stage's place in the pipeline (0: the first).
+    index: int = 0
+    #: The driver's log configuration, which the Python workers (processes
+    #: of their own) take on.
+    log: LogConfig | None = None
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """What one run of a batch tells a stage's tasks."""
+
+    batch_id: int
+    #: The previous recorded batch and this stage's winners in it.
+    previous_batch: int | None
+    previous_winners: dict[int, str]
+    watermark: int | None
+    previous_watermark: int | None
+    processing_time: int
+
+
+#: Where a task writes its output: a staged sink, the batch run's staging
+#: area in it, and the Arrow schema of the rows (Spark's types).
+StagedOutput = tuple[StagedSink, str, pa.Schema]
+
+
+def task_schema(operator: Operator) -> pa.Schema:
+    """What a task returns: the output rows with their emit order, and one
+    metadata row (nulls in every output column), so every column is
+    nullable here."""
+    fields = [f.with_nullable(True) for f in output_schema(operator)]
+    return pa.schema([*fields, pa.field(ORDER, pa.int64()), pa.field(META, pa.string())])
+
+
+def run_task(
+    plan: StagePlan, batch: TaskBatch, output: StagedOutput | None = None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task of one stage in one batch. With ``output``, it writes its
+    output rows into the sink's staging area and returns only its metadata
+    row (which names its part); without, it returns its output rows too."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        apply_log_config(plan.log)
+        partition = context.partitionId()
+        schema = task_schema(plan.operator)
+        store = open_store(plan, partition, context.attemptNumber())
+        try:
+            yield from _run(plan, batch, output, store, partition, schema, batches)
+        finally:
+            store.close()
+
+    return task
+
+
+def _run(
+    plan: StagePlan,
+    batch: TaskBatch,
+    output: StagedOutput | None,
+    store: StateStore,
+    partition: int,
+    schema: pa.Schema,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    store.load(batch.previous_batch, batch.previous_winners.get(partition))
+    run = BatchRun(
+        plan.operator,
+        store.tables,
+        batch.batch_id,
+        partition,
+        batch.watermark,
+        batch.previous_watermark,
+        batch.processing_time,
+    )
+    max_time: dict[str, int] = {}
+    part = None
+    try:
+        outputs = _outputs(run, side_batches(batches, plan.side_columns), plan, max_time)
+        if output is None:
+            position = partition << _ORDER_BITS
+            for out in outputs:
+                if out.num_rows:
+                    yield _with_order(out, schema, position)
+                    position += out.num_rows
+        else:
+            sink, staging, arrow = output
+            part = sink.write_part(staging, partition, arrow, outputs)
+    except InputError as exc:
+        # Nothing is committed; the driver raises it, once.
+        yield _meta_row(schema, {"partition": partition, "error": str(exc)})
+        return
+    metrics = {**run.metrics, **state_metrics(store.tables)}
+    started = time.perf_counter()
+    info = store.commit(batch.batch_id)
+    fault("runner.task_after_commit")
+    if plan.index:
+        fault("runner.later_stage_after_commit")
+    metrics["commitTimeMs"] = int((time.perf_counter() - started) * 1000)
+    metrics["memoryUsedBytes"] = info.memory_used_bytes
+    meta: dict[str, Any] = {
+        "partition": partition,
+        "commit_id": info.commit_id,
+        "metrics": metrics,
+        "max_event_time": max_time,
+    }
+    if part is not None:
+        meta["part"] = part
+    yield _meta_row(schema, meta)
+
+
+def _outputs(
+    run: BatchRun,
+    runs: Iterator[tuple[int, pa.RecordBatch]],
+    plan: StagePlan,
+    max_time: dict[str, int],
+) -> Iterator[pa.RecordBatch]:
+    """Run the operator over a task's runs of input; its output batches
+    (some empty). Notes the latest event time per watermarked source."""
+    for side, part in runs:
+        part = conform(part, plan.operator.inputs[side])
+        source = plan.event_times.get(side)
+        if source is not None and part.num_rows:
+            times = part.column(source[1])
+            counted = plan.operator.watermark_rows(part, side)
+            latest = max_event_time(times if counted is None else times.filter(counted))
+            if latest is not None:
+                max_time[source[0]] = max(max_time.get(source[0], latest), latest)
+        run.process(side, part)
+        yield run.drain()
+    run.fire_timers()
+    run.advance_watermark()
+    yield run.finish()
+
+
+def conform(batch: pa.RecordBatch, declared: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with its timestamps in the declared time zone: Spark hands a
+    task timestamps in the session's zone, the operator declared (from the
+    stream) UTC; the instant is the same."""
+    arrays = list(batch.columns)
+    changed = False
+    for fld in declared:
+        index = batch.schema.get_field_index(fld.name)
+        if index < 0:
+            continue
+        given = batch.schema.field(index).type
+        if given != fld.type and same_type(fld.type, given):
+            arrays[index] = arrays[index].cast(fld.type)
+            changed = True
+    if not changed:
+        return batch
+    fields = [batch.schema.field(i).with_type(a.type) for i, a in enumerate(arrays)]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def side_batches(
+    batches: Iterator[pa.RecordBatch], columns: list[list[str]]
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Split a task's input into runs of one side, in order, each with that
+    side's own column names and ``row_kind``. Consecutive runs of one side
+    are joined until they reach :data:`CHUNK_ROWS` rows (a chunk may pass it
+    by the last input batch's run), so that an operator sees few large
+    batches rather than the many small ones Arrow hands a task."""
+    side, rows = -1, 0
+    pending: list[pa.RecordBatch] = []
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        sides = np.asarray(batch.column(SIDE))
+        starts = [0, *(np.flatnonzero(sides[1:] != sides[:-1]) + 1).tolist()]
+        for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
+            run_side = int(sides[start])
+            if pending and (run_side != side or rows >= CHUNK_ROWS):
+                yield side, _untagged(side, pending, columns[side])
+                pending, rows = [], 0
+            side = run_side
+            pending.append(batch.slice(start, end - start))
+            rows += end - start
+    if pending:
+        yield side, _untagged(side, pending, columns[side])
+
+
+def _untagged(side: int, parts: list[pa.RecordBatch], names: list[str]) -> pa.RecordBatch:
+    """One batch of a side's rows, its columns under the side's own names."""
+    table = (
+        pa.Table.from_batches(parts)
+        .select([*(tagged(side, n) for n in names), ROW_KIND])
+        .rename_columns([*names, ROW_KIND])
+        .combine_chunks()
+    )
+    if not table.num_rows:
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+    return table.to_batches()[0]
+
+
+def open_store(plan: StagePlan, partition: int, attempt: int) -> StateStore:
+    """The partition's store; a local cache of its own when another attempt
+    of the partition (a speculative copy, or a zombie) holds the usual one
+    on this host."""
+    tables = state_tables(plan.operator)
+    name, consistency = plan.operator.name, plan.operator.consistency
+    try:
+        return StateStore(plan.location, name, partition, tables, plan.store, consistency)
+    except LockHeldError:
+        base = plan.store.local_path(plan.location, name, partition)
+        config = replace(
+            plan.store, local_dir=str(base / f"attempt-{attempt}-{uuid.uuid4().hex[:8]}")
+        )
+        return StateStore(plan.location, name, partition, tables, config, consistency)
+
+
+def _with_order(batch: pa.RecordBatch, schema: pa.Schema, first: int) -> pa.RecordBatch:
+    order = pa.array(np.arange(first, first + batch.num_rows, dtype=np.int64))
+    arrays = [*batch.columns, order, pa.nulls(batch.num_rows, type=pa.string())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _meta_row(schema: pa.Schema, meta: dict[str, Any]) -> pa.RecordBatch:
+    arrays = [pa.nulls(1, type=f.type) for f in schema]
+    arrays[-1] = pa.array([json.dumps(meta)], type=pa.string())
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -1,0 +1,227 @@
+"""The results of a batch of built-in aggregates, column at a time in Arrow.
+
+The same rules as ``GroupAggregate._finish`` (which serves custom
+aggregates, one group at a time in Python): each touched group's stored
+state (one multi-get), its new state from the folded deltas, its result
+before and after, and one batch write and one emitted batch per row kind.
+Per-row Python is what decides the speed of an operator; here there is
+none but for a ``having`` filter.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators._changelog import RowKind
+from operators._operator import OperatorContext
+from operators._relational import key_tuples, pylists
+from operators.aggregate._functions import Aggregate, Kind
+from statestore import StateTable
+
+__all__ = ["UNKNOWN", "Touched", "finish_in_arrow"]
+
+Row = tuple[Any, ...]
+
+
+class Touched:
+    """A batch's effect on its groups (by group index, in order of first
+    arrival): the folded batch, one row per group, and what the
+    materialized inputs found."""
+
+    def __init__(self, folded: pa.Table, groups: list[str]) -> None:
+        self.folded = folded
+        self._groups = groups
+        #: min/max over a changelog: per aggregate position, the new extreme
+        #: of each group that lost a value (found by a scan), and the extreme
+        #: of the values each other group gained (to merge with its stored one).
+        self.extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = {}
+        #: count(distinct): per aggregate position, group -> change of the count.
+        self.distinct: dict[int, dict[int, int]] = {}
+
+    @functools.cached_property
+    def keys(self) -> list[Row]:
+        """The group keys as tuples."""
+        return key_tuples([self.folded.column(g) for g in self._groups], self.folded.num_rows)
+
+    @functools.cached_property
+    def index(self) -> dict[Row, int]:
+        """Group key -> group index."""
+        return {k: i for i, k in enumerate(self.keys)}
+
+    def column(self, name: str) -> list[Any]:
+        """A folded column as a Python list."""
+        return pylists([self.folded.column(name)])[0]
+
+
+_SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
+#: Counter of retractions of rows a group does not hold.
+UNKNOWN = "numRetractionsOfUnknownRows"
+
+
+def finish_in_arrow(
+    ctx: OperatorContext,
+    results: StateTable,
+    folded: pa.Table,
+    aggregates: Sequence[Aggregate],
+    output: pa.Schema,
+    extremes: Mapping[int, tuple[dict[int, Any], dict[int, Any]]],
+    distinct: Mapping[int, dict[int, int]],
+    changelog: bool,
+    having: Callable[[Mapping[str, Any]], bool] | None,
+) -> None:
+    """Write each touched group's new state and emit its result's change."""
+    n = folded.num_rows
+    state_schema = results.schema.columns
+    k = len(results.schema.primary_key)
+    keys = pa.table(
+        [folded.column(f"__g{j}") for j in range(k)], names=state_schema.names[:k]
+    ).cast(pa.schema([state_schema.field(j) for j in range(k)]))
+    stored, found = results.get_batch(keys)
+    old = _aligned(stored, found, n)
+    rows = pc.add(pc.fill_null(old.column(k), 0), folded.column("__s_sum"))
+    new_columns: list[pa.Array | pa.ChunkedArray] = [*keys.columns, rows]
+    position = k + 1
+    for i, agg in enumerate(aggregates):
+        kind = agg.kind
+        if kind is Kind.COUNT_STAR:
+            continue
+        if kind in _SUMMED:
+            count = pc.add(
+                _zeroed(old.column(position + (kind is not Kind.COUNT))),
+                folded.column(f"__c{i}_sum"),
+            )
+            if kind is not Kind.COUNT:
+                total = pc.add(_zeroed(old.column(position)), folded.column(f"__v{i}_sum"))
+                zero = pa.scalar(0, total.type)
+                # Without a non-null value left the sum is nothing, not the
+                # rounding a float sum kept of what was retracted.
+                new_columns.append(pc.if_else(pc.equal(count, 0), zero, total))
+            new_columns.append(count)
+        elif kind in (Kind.MIN, Kind.MAX):
+            current = old.column(position)
+            how = "min" if kind is Kind.MIN else "max"
+            if not changelog:
+                new_columns.append(_extreme(how, current, folded.column(f"__v{i}_{how}")))
+            else:
+                rescanned, gained = extremes[i]
+                typ = current.type
+                gained_values = pa.array([gained.get(g) for g in range(n)], typ)
+                merged = _extreme(how, current, gained_values)
+                mask = pa.array([g in rescanned for g in range(n)], pa.bool_())
+                found_values = pa.array([rescanned.get(g) for g in range(n)], typ)
+                new_columns.append(pc.if_else(mask, found_values, merged))
+        else:  # COUNT_DISTINCT
+            change = distinct[i]
+            steps = pa.array([change.get(g, 0) for g in range(n)], pa.int64())
+            new_columns.append(pc.add(_zeroed(old.column(position)), steps))
+        position += _width(kind)
+    new = pa.table(new_columns, schema=state_schema)
+    alive = pc.greater(rows, 0)
+    unknown = pc.sum(pc.if_else(alive, 0, pc.negate(rows))).as_py() or 0
+    if unknown:
+        ctx.count(UNKNOWN, unknown)
+    old_result = _result(old, aggregates, output, k)
+    new_result = _result(new, aggregates, output, k)
+    old_visible, new_visible = found, alive
+    if having is not None:
+        old_visible = pc.and_(found, _passes(having, old_result, found))
+        new_visible = pc.and_(alive, _passes(having, new_result, alive))
+    changed = _differs(old_result, new_result)
+    inserted = pc.and_(pc.invert(old_visible), new_visible)
+    deleted = pc.and_(old_visible, pc.invert(new_visible))
+    updated = pc.and_(pc.and_(old_visible, new_visible), changed)
+    # State: new groups inserted, gone ones deleted, changed ones updated.
+    results.insert_batch(new.filter(pc.and_(pc.invert(found), alive)))
+    results.delete_keys(keys.filter(pc.and_(found, pc.invert(alive))))
+    results.update_batch(new.filter(pc.and_(pc.and_(found, alive), _differs(old, new))))
+    for row_kind, table in (
+        (RowKind.DELETE, old_result.filter(deleted)),
+        (RowKind.UPDATE_BEFORE, old_result.filter(updated)),
+        (RowKind.UPDATE_AFTER, new_result.filter(updated)),
+        (RowKind.INSERT, new_result.filter(inserted)),
+    ):
+        if table.num_rows:
+            ctx.emit_batch(table.columns, row_kind)
+
+
+def _width(kind: Kind) -> int:
+    """How many stored columns an aggregate's accumulator has (not custom)."""
+    return 2 if kind in (Kind.SUM, Kind.AVG) else 1
+
+
+def _aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
+    """The stored rows at their groups' places, all-null rows where none."""
+    at = pc.subtract(pc.cumulative_sum(pc.cast(found, pa.int64())), 1)
+    index = pc.if_else(found, at, pa.scalar(None, pa.int64()))
+    return pa.Table.from_batches([stored]).take(index) if n else pa.Table.from_batches([stored])
+
+
+def _zeroed(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.fill_null(column, pa.scalar(0, column.type))
+
+
+def _extreme(how: str, a: Any, b: Any) -> Any:
+    """The element-wise min (or max) of two columns, nulls left out."""
+    if how == "min":
+        return pc.min_element_wise(a, b, skip_nulls=True)
+    return pc.max_element_wise(a, b, skip_nulls=True)
+
+
+def _result(
+    state: pa.Table, aggregates: Sequence[Aggregate], output: pa.Schema, k: int
+) -> pa.Table:
+    """The output rows of stored states (null rows for none)."""
+    columns = [state.column(j) for j in range(k)]
+    position = k + 1
+    for agg in aggregates:
+        kind = agg.kind
+        if kind is Kind.COUNT_STAR:
+            columns.append(state.column(k))
+            continue
+        first = state.column(position)
+        if kind is Kind.SUM:
+            count = state.column(position + 1)
+            columns.append(pc.if_else(pc.greater(count, 0), first, pa.scalar(None, first.type)))
+        elif kind is Kind.AVG:
+            count = state.column(position + 1)
+            mean = pc.divide(pc.cast(first, pa.float64()), pc.cast(count, pa.float64()))
+            columns.append(pc.if_else(pc.greater(count, 0), mean, pa.scalar(None, pa.float64())))
+        else:
+            columns.append(first)
+        position += _width(kind)
+    return pa.table(columns, schema=output)
+
+
+def _differs(a: pa.Table, b: pa.Table) -> pa.ChunkedArray:
+    """Per row, whether any column differs (a null differs from a value, a
+    NaN equals a NaN)."""
+    out = None
+    for x, y in zip(a.columns, b.columns, strict=True):
+        valid_x, valid_y = pc.is_valid(x), pc.is_valid(y)
+        unequal = pc.fill_null(pc.not_equal(x, y), False)
+        if pa.types.is_floating(x.type):
+            both_nan = pc.and_(pc.fill_null(pc.is_nan(x), False), pc.fill_null(pc.is_nan(y), False))
+            unequal = pc.and_(unequal, pc.invert(both_nan))
+        column = pc.or_(pc.not_equal(valid_x, valid_y), unequal)
+        out = column if out is None else pc.or_(out, column)
+    assert out is not None
+    return out
+
+
+def _passes(having: Callable[[Mapping[str, Any]], bool], result: pa.Table, where: Any) -> pa.Array:
+    """``having`` of each result row (``False`` where ``where`` does not hold)."""
+    names = result.column_names
+    present = pc.fill_null(where, False).to_pylist()
+    rows = zip(*(c.to_pylist() for c in result.columns), strict=True)
+    return pa.array(
+        [
+            bool(p) and bool(having(dict(zip(names, r, strict=True))))
+            for p, r in zip(present, rows, strict=True)
+        ],
+        pa.bool_(),
+    )

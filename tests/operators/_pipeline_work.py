@@ -1,0 +1,134 @@
+"""A two-stage pipeline for the tests: orders joined with customers (a
+changelog ``StreamingJoin`` on the customer), then revenue per segment (a
+running aggregate over the join's changelog); random changelogs of both, and
+the materialisation of a changelog."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+from operators import Pipeline, RowKind, Stream
+from operators.examples import RunningAggregate
+from operators.join import StreamingJoin
+
+
+def _pickle_by_value() -> None:
+    """Spark's Python workers cannot import this test module: ship its
+    operators by value."""
+    import sys
+
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+_pickle_by_value()
+
+ORDERS = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("customer", pa.int64()),
+        ("amount", pa.int64()),
+        ("seq", pa.int64()),
+    ]
+)
+CUSTOMERS = pa.schema([("customer", pa.int64()), ("segment", pa.string()), ("seq", pa.int64())])
+
+
+class SegmentRevenue(RunningAggregate):
+    """Count and total of the joined orders' amounts per customer segment."""
+
+    def __init__(self) -> None:
+        super().__init__(pa.string(), name="revenue")
+        self.inputs = [pa.schema([("c_segment", pa.string()), ("o_amount", pa.int64())])]
+
+
+def build(pipeline: Pipeline, orders: Stream, customers: Stream) -> tuple[Stream, Stream]:
+    """The join stage and the revenue stage on ``pipeline``."""
+    join = StreamingJoin(
+        "inner",
+        orders.schema,
+        customers.schema,
+        ["customer"],
+        ["customer"],
+        left_unique_key=["order_id"],
+        right_unique_key=["customer"],
+        left_prefix="o_",
+        right_prefix="c_",
+    )
+    joined = pipeline.stage(join, orders, customers, keys=["customer"])
+    revenue = pipeline.stage(SegmentRevenue(), joined, keys=["c_segment"])
+    return joined, revenue
+
+
+def changes(seed: int, batches: int) -> list[tuple[pa.Table, pa.Table]]:
+    """Random changelogs of orders and customers (inserts, updates as
+    ``-U``/``+U`` pairs, deletes; customers move between segments), one pair
+    of tables per batch, sequence numbers from one counter."""
+    rng = random.Random(seed)
+    orders: dict[int, tuple[int, int, int]] = {}
+    customers: dict[int, str] = {}
+    seq = 0
+    out = []
+    for _ in range(batches):
+        o_rows: list[dict[str, Any]] = []
+        c_rows: list[dict[str, Any]] = []
+        for _ in range(rng.randint(10, 30)):
+            seq += 1
+            if rng.random() < 0.35:
+                cid, segment = rng.randrange(6), rng.choice(["retail", "smb", "enterprise"])
+                old = customers.get(cid)
+                if old is None:
+                    c_rows.append(
+                        {"customer": cid, "segment": segment, "seq": seq, "row_kind": "+I"}
+                    )
+                elif rng.random() < 0.2:
+                    c_rows.append({"customer": cid, "segment": old, "seq": seq, "row_kind": "-D"})
+                    del customers[cid]
+                    continue
+                else:
+                    c_rows.append({"customer": cid, "segment": old, "seq": seq, "row_kind": "-U"})
+                    c_rows.append(
+                        {"customer": cid, "segment": segment, "seq": seq, "row_kind": "+U"}
+                    )
+                customers[cid] = segment
+            else:
+                oid = rng.randrange(30)
+                row = (oid, rng.randrange(6), rng.randrange(1, 100))
+                old_order = orders.get(oid)
+                if old_order is None:
+                    kinds = [("+I", row)]
+                elif rng.random() < 0.3:
+                    kinds = [("-D", old_order)]
+                else:
+                    kinds = [("-U", old_order), ("+U", row)]
+                for kind, (o, c, a) in kinds:
+                    o_rows.append(
+                        {"order_id": o, "customer": c, "amount": a, "seq": seq, "row_kind": kind}
+                    )
+                if kinds[-1][0] == "-D":
+                    del orders[oid]
+                else:
+                    orders[oid] = row
+        with_kind = pa.field("row_kind", pa.string())
+        out.append(
+            (
+                pa.Table.from_pylist(o_rows, schema=ORDERS.append(with_kind)),
+                pa.Table.from_pylist(c_rows, schema=CUSTOMERS.append(with_kind)),
+            )
+        )
+    return out
+
+
+def materialised(rows: Iterable[dict[str, Any]], columns: list[str]) -> Counter[tuple[Any, ...]]:
+    """The multiset of rows a changelog leaves (accumulations count up,
+    retractions down)."""
+    net: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        net[tuple(r[c] for c in columns)] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
+    return +net

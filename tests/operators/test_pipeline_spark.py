@@ -1,0 +1,347 @@
+"""Pipelines on Spark: two stages in one query against the harness and
+against two queries, crashes between and inside stages, build-time errors,
+withWatermark and time zones, and what Spark's monitoring shows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from _pipeline_job import run, streams, write_changes
+from _pipeline_work import CUSTOMERS, ORDERS, build, changes
+from pyarrow.fs import LocalFileSystem
+
+from operators import (
+    InputError,
+    Operator,
+    OperatorContext,
+    ParquetSink,
+    Pipeline,
+    RowKind,
+    run_operator,
+    stage_progress,
+)
+from operators._journal import Journal
+from operators.examples import RunningAggregate
+from operators.testing import PipelineHarness
+from statestore import PartitionCheckpoint
+from statestore._faults import arm
+
+pytestmark = pytest.mark.spark
+
+
+def _pickle_by_value() -> None:
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# Spark's Python workers cannot import this test module: ship _Echo by value.
+_pickle_by_value()
+
+KINDS = pa.field("row_kind", pa.string())
+REVENUE = ["key", "count", "total"]
+HERE = Path(__file__).parent
+
+
+def _per_batch(spark: Any, sink: ParquetSink) -> list[Counter[tuple[Any, ...]]]:
+    """The sink's rows per batch, as multisets with their row kinds."""
+    rows = sink.read(spark).collect()
+    batches = sorted({r["batch"] for r in rows})
+    return [
+        Counter((*(r[c] for c in REVENUE), r["row_kind"]) for r in rows if r["batch"] == b)
+        for b in batches
+    ]
+
+
+def _harness(work: list[tuple[pa.Table, pa.Table]], partitions: int = 3) -> list[Counter[Any]]:
+    """The revenue stage's output per batch, run by the harness."""
+    pipeline = Pipeline()
+    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
+    customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
+    _, revenue = build(pipeline, orders, customers)
+    out = []
+    with PipelineHarness(pipeline, partitions) as harness:
+        for o, c in work:
+            rows = harness.run_batch({"orders": o, "customers": c})[revenue.name].to_pylist()
+            out.append(Counter((*(r[k] for k in REVENUE), r["row_kind"]) for r in rows))
+    return out
+
+
+class TestTwoStages:
+    def test_one_query_equals_the_harness_and_two_queries(self, spark: Any, tmp_path: Path) -> None:
+        """A changelog join feeding a running aggregate, 3 partitions, 4
+        batches of random changelogs, in one query: every batch's output
+        equals the harness run of the same pipeline row for row, the batch
+        ran as one Spark job per stage, and the two stages run as two queries
+        (the second reading the first's output as a stream) give the same
+        output batch by batch."""
+        work = changes(seed=5, batches=4)
+        write_changes(tmp_path, work)
+        sink, query = run(spark, tmp_path, query_name="revenue_pipeline")
+        got = _per_batch(spark, sink)
+        assert got == _harness(work)
+        tracker = spark.sparkContext.statusTracker()
+        for stage in ("join", "revenue"):
+            jobs = tracker.getJobIdsForGroup(f"relstate:revenue_pipeline:{stage}")
+            assert len(jobs) == len(work), stage
+        assert query.last_metrics["numOutputRows"] == sum(got[-1].values())
+
+        # The same two stages as two queries, the second reading the first's output.
+        first = Pipeline()
+        orders_frame, customers_frame = streams(spark, tmp_path)
+        orders = first.source(orders_frame, "orders", sequence="seq")
+        customers = first.source(customers_frame, "customers", sequence="seq")
+        joined_stream = _join_only(first, orders, customers)
+        join_sink = ParquetSink(str(tmp_path / "joined"))
+        first.start(
+            joined_stream,
+            join_sink,
+            str(tmp_path / "ck1"),
+            3,
+            trigger={"availableNow": True},
+        ).awaitTermination()
+        # The second query reads the first's committed output one batch per
+        # trigger, in the order the join's partitions emitted it (one input
+        # partition per part, rows in file order), as the one query does.
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        read = (
+            spark.readStream.format("relstate-output")
+            .option("maxBatchesPerTrigger", 1)
+            .load(str(tmp_path / "joined"))
+            .drop("batch")
+        )
+        ordered = StructType([*read.schema.fields, StructField("emit_order", LongType())])
+        joined_frame = read.mapInArrow(_with_emit_order, ordered)
+        second_sink = ParquetSink(str(tmp_path / "revenue2"))
+        from _pipeline_work import SegmentRevenue
+
+        run_operator(
+            joined_frame,
+            SegmentRevenue(),
+            keys=["c_segment"],
+            partitions=3,
+            checkpoint=str(tmp_path / "ck2"),
+            sink=second_sink,
+            sequence_column="emit_order",
+            trigger={"availableNow": True},
+        ).awaitTermination()
+        assert _per_batch(spark, second_sink) == got
+
+    def test_state_metrics_reach_progress_and_a_listener(self, spark: Any, tmp_path: Path) -> None:
+        """Each stage's state metrics under Spark's names are in the query's
+        lastProgress.stateOperators and reach a StreamingQueryListener through
+        stage_progress(event.progress), batch by batch."""
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        seen: dict[int, list[dict[str, Any]]] = {}
+
+        class Listener(StreamingQueryListener):  # type: ignore[misc]
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                stages = stage_progress(event.progress)
+                if stages:
+                    seen[event.progress.batchId] = stages
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        listener = Listener()
+        spark.streams.addListener(listener)
+        try:
+            write_changes(tmp_path, changes(seed=9, batches=2))
+            _, query = run(spark, tmp_path)
+            _wait(lambda: len(seen) == 2)  # the listener bus is asynchronous
+        finally:
+            spark.streams.removeListener(listener)
+        for batch_id, stages in seen.items():
+            assert [s["operatorName"] for s in stages] == ["relstate:join", "relstate:revenue"]
+            assert stages == query.stage_progress(batch_id)
+        last = query.lastProgress
+        assert last is not None
+        names = [s["operatorName"] for s in last["stateOperators"]]
+        assert names == ["relstate:join", "relstate:revenue"]
+        revenue = last["stateOperators"][1]
+        assert (
+            revenue["numRowsTotal"] == query.history[-1]["stages"]["revenue"]["numTotalStateRows"]
+        )
+        assert revenue["numRowsTotal"] > 0
+
+
+def _join_only(pipeline: Pipeline, orders: Any, customers: Any) -> Any:
+    """The join stage of the revenue pipeline alone."""
+    joined, _revenue = build(pipeline, orders, customers)
+    pipeline.stages.pop()  # the revenue stage: only the join runs here
+    return joined
+
+
+def _with_emit_order(batches: Any) -> Any:
+    """Each row with its input partition and position, as one number."""
+    import numpy as np
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    position = context.partitionId() << 40
+    for batch in batches:
+        order = pa.array(np.arange(position, position + batch.num_rows, dtype=np.int64))
+        position += batch.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, order], names=[*batch.schema.names, "emit_order"]
+        )
+
+
+def _wait(done: Any, seconds: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert done()
+
+
+class TestCrashes:
+    @pytest.mark.parametrize(
+        "point", ["runner.driver_between_stages@2", "runner.driver_after_sink@2"]
+    )
+    def test_driver_killed_then_resumed(self, spark: Any, tmp_path: Path, point: str) -> None:
+        """The driver SIGKILLed between the two stages of batch 1 (after the
+        join committed), or after batch 1's output and before its record; run
+        again, every batch's output equals the harness run: nothing lost or
+        doubled."""
+        work = changes(seed=21, batches=3)
+        write_changes(tmp_path, work)
+        env = {**os.environ, "RELSTATE_FAULT": point, "PYTHONPATH": os.pathsep.join(sys.path)}
+        env.pop("RELSTATE_FAULT_DIR", None)
+        done = subprocess.run(
+            [sys.executable, str(HERE / "_pipeline_job.py"), str(tmp_path)],
+            env=env,
+            capture_output=True,
+            timeout=600,
+        )
+        assert done.returncode == -9, done.stderr.decode()[-2000:]
+        location = str(tmp_path / "checkpoint" / "state")
+        assert Journal(LocalFileSystem(), location).latest() == 0
+        if "between_stages" in point:
+            # The join committed batch 1 in every partition, the aggregate in none.
+            assert all(PartitionCheckpoint(location, "join", p).commits(1) for p in range(3))
+            assert not any(PartitionCheckpoint(location, "revenue", p).commits(1) for p in range(3))
+        sink, _ = run(spark, tmp_path)
+        assert _per_batch(spark, sink) == _harness(work)
+
+    def test_second_stage_task_killed_after_commit(
+        self, spark: Any, tmp_path: Path, fault_dir: Path
+    ) -> None:
+        """A task of the second stage dies after its commit and Spark retries
+        it (local[2,3]): two attempts of that partition's version, the batch
+        record names one, and the output equals the harness run."""
+        work = changes(seed=33, batches=2)
+        write_changes(tmp_path, work)
+        arm(str(fault_dir), "runner.later_stage_after_commit")
+        sink, _ = run(spark, tmp_path)
+        assert not (fault_dir / "runner.later_stage_after_commit").exists(), "it must fire"
+        location = str(tmp_path / "checkpoint" / "state")
+        attempts = [len(PartitionCheckpoint(location, "revenue", p).commits(0)) for p in range(3)]
+        assert sorted(attempts) == [1, 1, 2]
+        assert _per_batch(spark, sink) == _harness(work)
+
+
+class TestSparkNativeInputs:
+    def test_build_errors_come_before_the_query_starts(self, spark: Any, tmp_path: Path) -> None:
+        """A wrong column type, a missing key column, keys of two types and
+        an unknown trigger option are each an InputError from the call that
+        builds the query; no checkpoint is written."""
+        frame = spark.readStream.format("rate").load()  # timestamp, value (long)
+        strings = frame.selectExpr("cast(value as string) as key", "value")
+        pipeline = Pipeline()
+        text = pipeline.source(
+            frame.selectExpr("cast(value as string) as key", "cast(value as string) as value")
+        )
+        with pytest.raises(InputError, match="has type string, the operator expects int64"):
+            pipeline.stage(RunningAggregate(), text, keys=["key"])
+        with pytest.raises(InputError, match=r"no key column\(s\) \['nope'\]"):
+            run_operator(
+                strings,
+                RunningAggregate(),
+                ["nope"],
+                2,
+                str(tmp_path / "ck"),
+                ParquetSink(str(tmp_path / "o")),
+            )
+        with pytest.raises(InputError, match="trigger takes one of"):
+            run_operator(
+                strings,
+                RunningAggregate(),
+                ["key"],
+                2,
+                str(tmp_path / "ck"),
+                ParquetSink(str(tmp_path / "o")),
+                trigger={"continuous": "1 second"},
+            )
+        assert not (tmp_path / "ck").exists()
+
+    def test_with_watermark_and_a_session_time_zone(self, spark: Any, tmp_path: Path) -> None:
+        """withWatermark on the input is the query's watermark (no
+        Watermark(...) given), and the operator sees the input's instants
+        in UTC whatever the session time zone is."""
+        import datetime as dt
+
+        import pyarrow.parquet as pq
+
+        utc = dt.UTC
+        times = [dt.datetime(2026, 1, 1, 12, 0, s, tzinfo=utc) for s in (10, 40)]
+        (tmp_path / "in").mkdir()
+        for i, t in enumerate(times):
+            table = pa.table({"key": ["a"], "ts": pa.array([t], pa.timestamp("us", tz="UTC"))})
+            pq.write_table(table, tmp_path / "in" / f"part-{i}.parquet")
+            os.utime(tmp_path / "in" / f"part-{i}.parquet", (1e9 + i, 1e9 + i))
+        before = spark.conf.get("spark.sql.session.timeZone")
+        spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+        try:
+            frame = (
+                spark.readStream.schema("key string, ts timestamp")
+                .option("maxFilesPerTrigger", 1)
+                .parquet(str(tmp_path / "in"))
+                .withWatermark("ts", "10 seconds")
+            )
+            pipeline = Pipeline()
+            events = pipeline.source(frame, "events")
+            echoed = pipeline.stage(_Echo(events.schema), events, keys=["key"])
+            sink = ParquetSink(str(tmp_path / "out"))
+            query = pipeline.start(
+                echoed, sink, str(tmp_path / "ck"), 2, trigger={"availableNow": True}
+            )
+            query.awaitTermination()
+        finally:
+            spark.conf.set("spark.sql.session.timeZone", before)
+        seen = sorted(r["seen_utc"] for r in sink.read(spark).collect())
+        assert seen == [t.isoformat() for t in times]
+        first_ms = int(times[0].timestamp() * 1000)
+        assert [h["watermark"] for h in query.history] == [None, first_ms - 10_000]
+
+
+class _Echo(Operator):
+    """Emits each row's event time as the operator sees it, in ISO form."""
+
+    name = "echo"
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.inputs = [schema]
+        self.output = pa.schema([("key", pa.string()), ("seen_utc", pa.string())])
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        ctx.emit((row[0], row[1].isoformat()), kind)
