@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from operators._changelog import ROW_KIND
 from operators._operator import Operator
-from operators._watermark import DELAY_KEY, Watermark
+from operators._watermark import DELAY_KEY, StageInputs, Watermark
 from operators.errors import InputError
 
 if TYPE_CHECKING:
@@ -296,18 +296,25 @@ class Pipeline:
                     "stage or make it the pipeline's output"
                 )
 
+    def watermark_delays(self) -> dict[str, int]:
+        """Each watermarked source's delay (ms), by source name."""
+        return {s.name: s.watermark.delay_ms for s in self.sources if s.watermark is not None}
+
+    def watermark_inputs(self) -> list[StageInputs]:
+        """The stages as the watermark rule sees them: each operator and where
+        its inputs come from (a source's name, or an earlier stage's index)."""
+        return [
+            StageInputs(
+                stage.operator,
+                [i.stream.index if i.stream.is_stage else i.stream.name for i in stage.inputs],
+            )
+            for stage in self.stages
+        ]
+
     def sequenced(self, stage: Stage) -> list[str | None]:
         """The column ordering each input of ``stage`` (the stream's own, else
         the stage's), ``None`` where it has none."""
         return [i.stream.sequence or stage.sequence for i in stage.inputs]
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Executors get the stages, never the DataFrames.
-        state = dict(self.__dict__)
-        state["sources"] = [
-            Source(s.name, None, s.schema, s.changelog, s.watermark) for s in self.sources
-        ]
-        return state
 
     # -- running ------------------------------------------------------------------------
 

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
-from operators._pipeline import Pipeline, Stage, Stream
+from operators._pipeline import Pipeline, Stage
 from operators._spark_hash import spark_partition
 from operators._task import output_schema
-from operators._watermark import StageInputs, max_event_time, query_watermark, stage_watermarks
+from operators._watermark import max_event_time, query_watermark, stage_watermarks
 from operators.errors import InputError
 
 if TYPE_CHECKING:
@@ -70,16 +70,8 @@ class PipelineHarness:
             [OperatorHarness(s.operator, backend, partition_id=p) for p in range(n)]
             for s, n in zip(pipeline.stages, counts, strict=True)
         ]
-        self._delays = {
-            s.name: s.watermark.delay_ms for s in pipeline.sources if s.watermark is not None
-        }
-        self._stage_inputs = [
-            StageInputs(
-                s.operator,
-                [i.stream.index if i.stream.is_stage else i.stream.name for i in s.inputs],
-            )
-            for s in pipeline.stages
-        ]
+        self._delays = pipeline.watermark_delays()
+        self._stage_inputs = pipeline.watermark_inputs()
         #: The greatest event time seen per source, and the query's watermark.
         self.max_event_time: dict[str, int] = {}
         self.watermark: int | None = None
@@ -235,8 +227,3 @@ def _as_table(stage: Stage, rows: list[Emitted], first: int) -> pa.Table:
 def _plain(table: pa.Table) -> pa.Table:
     """A stage's output as the pipeline's user sees it: without emit order."""
     return table.drop_columns(["__ord"]) if "__ord" in table.column_names else table
-
-
-def _origin(stream: Stream) -> str | int:
-    """Where a stage input comes from, as the watermark rule names it."""
-    return stream.index if stream.is_stage else stream.name

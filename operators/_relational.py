@@ -29,9 +29,9 @@ def check_names(schema: pa.Schema, names: Sequence[str], what: str) -> None:
     """Raise ``ValueError`` unless every name is a distinct column of ``schema``."""
     missing = [n for n in names if n not in schema.names]
     if missing:
-        raise ValueError(f"{what} column(s) {missing} are not in the input {schema.names}")
+        raise InputError(f"{what} column(s) {missing} are not in the input {schema.names}")
     if len(set(names)) != len(names):
-        raise ValueError(f"{what} columns {list(names)} name a column twice")
+        raise InputError(f"{what} columns {list(names)} name a column twice")
 
 
 def signs(batch: pa.RecordBatch, operator: str, changelog: bool) -> pa.Array:

@@ -48,7 +48,7 @@ from operators._spark_task import (
     task_schema,
 )
 from operators._task import output_schema
-from operators._watermark import StageInputs, Watermark, query_watermark, stage_watermarks
+from operators._watermark import Watermark, query_watermark, stage_watermarks
 from operators.errors import InputError, RunnerError
 from statestore import StoreConfig, current_log_config, fault, get_logger, redact
 
@@ -117,16 +117,8 @@ class _Driver:
         self.history: list[BatchSummary] = []
         #: The error that stopped the query, raised again by RelstateQuery.
         self.error: InputError | None = None
-        self.delays = {
-            s.name: s.watermark.delay_ms for s in pipeline.sources if s.watermark is not None
-        }
-        self.stage_inputs = [
-            StageInputs(
-                st.operator,
-                [i.stream.index if i.stream.is_stage else i.stream.name for i in st.inputs],
-            )
-            for st in pipeline.stages
-        ]
+        self.delays = pipeline.watermark_delays()
+        self.stage_inputs = pipeline.watermark_inputs()
         self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:

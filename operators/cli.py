@@ -31,6 +31,16 @@ def _rows(text: str) -> int:
     return rows
 
 
+def _scale(text: str) -> int:
+    try:
+        scale = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if scale < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {scale}")
+    return scale
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="relstate", description="Relational state tables on RocksDB for Spark."
@@ -79,6 +89,16 @@ def _parser() -> argparse.ArgumentParser:
             "what to measure: 'store' (the default: encodings, StateTable, checkpoints) "
             "or an operator against its baseline on Spark: 'join', 'append_join', "
             "'dedup', 'fkjoin', 'aggregate', 'topn' (these write docs/bench/NAME.md)"
+        ),
+    )
+    bench.add_argument(
+        "--scale",
+        type=_scale,
+        default=1,
+        metavar="N",
+        help=(
+            "with an operator --suite: N times its default size (writes "
+            "docs/bench/NAME-xN.md); a run at 10 takes many minutes"
         ),
     )
     bench.set_defaults(handler=_bench)
@@ -278,11 +298,18 @@ def _bench_suite(args: argparse.Namespace) -> int:
     # Before the suite starts Spark: the load of other work, not the suite's own.
     machine = Machine.current()
     with tempfile.TemporaryDirectory(prefix=f"relstate-bench-{args.suite}-") as tmp:
-        result = dataclasses.replace(run(args.quick, Path(tmp), progress), machine=machine)
+        result = dataclasses.replace(
+            # A suite is asked for a scale only when one is given.
+            run(args.quick, Path(tmp), progress, scale=args.scale)
+            if args.scale != 1
+            else run(args.quick, Path(tmp), progress),
+            machine=machine,
+            scale=args.scale,
+        )
     print(versus.terminal(result), end="")
     if args.no_write:
         return 0
-    page = Path("docs/bench") / f"{args.suite}.md"
+    page = Path("docs/bench") / versus.page_name(args.suite, args.scale)
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(versus.markdown(result), encoding="utf-8")
     print(f"\nwrote {page}")

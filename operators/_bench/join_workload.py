@@ -95,10 +95,16 @@ def make_join(join_type: JoinType, unique_key: bool) -> StreamingJoin:
 
 
 def run_harness(
-    join: StreamingJoin, micro: list[MicroBatch], backend: str, path: Path
+    join: StreamingJoin,
+    micro: list[MicroBatch],
+    backend: str,
+    path: Path,
+    history: list[dict[str, Any]] | None = None,
 ) -> tuple[float, int]:
     """Seconds to run every micro-batch (commits included) through one
-    harness partition, and the output rows."""
+    harness partition, and the output rows. Given ``history``, each batch's
+    metrics go into it as the runner records them (``commitTimeMs`` timed
+    around the harness's commit)."""
     harness = OperatorHarness(join, backend=backend, path=path)
     try:
         started = time.perf_counter()
@@ -106,7 +112,11 @@ def run_harness(
         for runs in micro:
             for side, batch in runs:
                 out += len(harness.process_batch(batch, side))
+            committing = time.perf_counter()
             harness.commit()
+            if history is not None:
+                commit_ms = int((time.perf_counter() - committing) * 1000)
+                history.append({"metrics": {**harness.last_metrics, "commitTimeMs": commit_ms}})
             harness.output.clear()
         return time.perf_counter() - started, out
     finally:

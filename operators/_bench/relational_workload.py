@@ -39,6 +39,7 @@ __all__ = [
     "append_stream",
     "changelog_stream",
     "live_rows",
+    "same_table",
 ]
 
 APPEND = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("id", pa.int64())])
@@ -133,6 +134,8 @@ class Timed:
 
     seconds: float
     rows: dict[str, int]
+    #: Where the query wrote its output.
+    path: str = ""
 
 
 class Sides:
@@ -163,7 +166,9 @@ class Sides:
         )
 
     def relstate(self, source: Path, schema: pa.Schema, operator: Any, keys: list[str]) -> Timed:
-        """``operator`` through relstate's runner; its output rows by kind."""
+        """``operator`` through relstate's runner, the source read with
+        ``schema`` (:data:`CHANGELOG` for a changelog: without its row-kind
+        column every row would be an insert); its output rows by kind."""
         work = self._work("relstate")
         began = time.perf_counter()
         query = run_operator(
@@ -178,7 +183,7 @@ class Sides:
         query.awaitTermination()
         seconds = time.perf_counter() - began
         counts = self.spark.read.parquet(str(work / "output")).groupBy(ROW_KIND).count()
-        return Timed(seconds, {r[0]: int(r[1]) for r in counts.collect()})
+        return Timed(seconds, {r[0]: int(r[1]) for r in counts.collect()}, str(work / "output"))
 
     def spark_update_mode(self, source: Path, aggregate: Callable[[Any], Any]) -> Timed:
         """Spark's streaming aggregation in update mode, each batch's updated
@@ -232,7 +237,32 @@ class Sides:
         )
         query.awaitTermination()
         seconds = time.perf_counter() - began
-        return Timed(seconds, {"table": int(self.spark.read.parquet(out).count())})
+        return Timed(seconds, {"table": int(self.spark.read.parquet(out).count())}, out)
+
+
+def same_table(spark: Any, mine: Timed, base: Timed, columns: list[str], upsert: bool) -> bool:
+    """Whether relstate's output, materialised, is the baseline's last table
+    (on ``columns``): an upsert changelog keyed by ``k`` (its latest row per
+    key, unless that is a ``-D``), or a changelog of rows (``+I`` adds one
+    copy, ``-D`` takes one away)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    out = spark.read.parquet(mine.path)
+    if upsert:
+        latest = Window.partitionBy("k").orderBy(F.col("batch").desc(), F.col(ROW_KIND).desc())
+        table = (
+            out.filter(F.col(ROW_KIND) != "-U")
+            .withColumn("rn", F.row_number().over(latest))
+            .filter((F.col("rn") == 1) & (F.col(ROW_KIND) != "-D"))
+            .select(*columns)
+        )
+    else:
+        sign = F.when(F.col(ROW_KIND) == "+I", 1).otherwise(-1)
+        counted = out.groupBy(*columns).agg(F.sum(sign).alias("n")).filter("n > 0")
+        table = counted.select(*columns, F.explode(F.sequence(F.lit(1), F.col("n")))).drop("col")
+    theirs = spark.read.parquet(base.path).select(*columns)
+    return bool(table.exceptAll(theirs).isEmpty() and theirs.exceptAll(table).isEmpty())
 
 
 def live_rows(timed: Timed) -> int:

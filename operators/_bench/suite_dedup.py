@@ -5,9 +5,10 @@ Three comparisons, each side on the same Parquet files read one per batch
 its end (``availableNow``), output written to Parquet on both sides:
 
 - ``DropDuplicates(k, ts)`` against Spark's ``dropDuplicates(["k", "ts"])``
-  with a watermark (Spark's default HDFS-backed state store);
+  with a watermark, on Spark's default HDFS-backed state store and on its
+  RocksDB provider (what Spark users run for large state);
 - ``DropDuplicatesWithinWatermark(k)`` against Spark's
-  ``dropDuplicatesWithinWatermark(["k"])``;
+  ``dropDuplicatesWithinWatermark(["k"])``, on both state stores;
 - keep-first written on relstate (``Deduplicate(keep="first")``) against the
   same logic as a ``transformWithStateInPandas`` processor on Spark's RocksDB
   state store provider.
@@ -31,7 +32,7 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from operators._bench.versus import Comparison, Discard, SuiteResult, ceiling, runs
+from operators._bench.versus import Comparison, Discard, SuiteResult, Work, ceiling, runs, work_of
 from operators._runner import RelstateQuery, Watermark, run_operator
 from operators._sinks import ParquetSink
 from operators._spark import local_spark
@@ -147,13 +148,32 @@ def _spark_query(spark: Any, frame: Any, work: Path, conf: dict[str, str]) -> An
 
 #: Each comparison: the operator kind, its label, the baseline and the goal.
 _COMPARISONS = (
-    ("drop", "dropDuplicates(k, ts) + watermark", "Spark dropDuplicates", 3.0),
-    ("within", "dropDuplicatesWithinWatermark(k)", "Spark dropDuplicatesWithinWatermark", 3.0),
-    ("first", "keep-first per key", "transformWithStateInPandas, RocksDB provider", 5.0),
+    ("drop", "dropDuplicates(k, ts) + watermark", "Spark dropDuplicates", 1.0),
+    (
+        "drop_rocksdb",
+        "dropDuplicates(k, ts) + watermark",
+        "Spark dropDuplicates, RocksDB provider",
+        2.0,
+    ),
+    ("within", "dropDuplicatesWithinWatermark(k)", "Spark dropDuplicatesWithinWatermark", 1.0),
+    (
+        "within_rocksdb",
+        "dropDuplicatesWithinWatermark(k)",
+        "Spark dropDuplicatesWithinWatermark, RocksDB provider",
+        2.0,
+    ),
+    ("first", "keep-first per key", "transformWithStateInPandas, RocksDB provider", 25.0),
 )
 #: The names of a comparison's readings (relstate's, the baseline's) where
 #: they are not its label and baseline.
-_READING_NAMES = {"first": ("keep-first", "transformWithStateInPandas keep-first")}
+_READING_NAMES = {
+    "drop_rocksdb": ("dropDuplicates(k, ts) + watermark", "Spark dropDuplicates on RocksDB"),
+    "within_rocksdb": (
+        "dropDuplicatesWithinWatermark(k)",
+        "Spark dropDuplicatesWithinWatermark on RocksDB",
+    ),
+    "first": ("keep-first", "transformWithStateInPandas keep-first"),
+}
 
 #: One timed query: seconds from start to end, the query, its output rows.
 _Timed = tuple[float, Any, int]
@@ -178,14 +198,14 @@ class _Sides:
         """Spark's side of comparison ``kind``."""
         if kind == "first":
             return self.spark_keep_first()
-        return self.spark_dedup(within=kind == "within")
+        return self.spark_dedup(within=kind.startswith("within"), rocksdb=kind.endswith("rocksdb"))
 
     def _spark_timed(self, frame: Any, label: str, conf: dict[str, str]) -> _Timed:
         work = self._work(label)
         seconds, query = _timed(lambda: _spark_query(self.spark, frame, work, conf))
         return seconds, query, int(self.spark.read.parquet(str(work / "output")).count())
 
-    def spark_dedup(self, within: bool) -> _Timed:
+    def spark_dedup(self, within: bool, rocksdb: bool = False) -> _Timed:
         frame = _stream(self.spark, self.source, self.tz).withWatermark(
             "ts", f"{self.delay_ms} milliseconds"
         )
@@ -194,7 +214,8 @@ class _Sides:
             if within
             else frame.dropDuplicates(["k", "ts"])
         )
-        return self._spark_timed(frame, "spark", {_NO_DATA: "false"})
+        conf = {_NO_DATA: "false", **({_PROVIDER: _ROCKSDB} if rocksdb else {})}
+        return self._spark_timed(frame, "spark", conf)
 
     def spark_keep_first(self) -> _Timed:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -230,9 +251,13 @@ class _Sides:
 
 def _operators(tz: str, delay_ms: int) -> dict[str, Any]:
     s = schema(tz)
+    drop = DropDuplicates(s, ["k", "ts"], event_time="ts")
+    within = DropDuplicatesWithinWatermark(s, ["k"], event_time="ts", delay_ms=delay_ms)
     return {
-        "drop": DropDuplicates(s, ["k", "ts"], event_time="ts"),
-        "within": DropDuplicatesWithinWatermark(s, ["k"], event_time="ts", delay_ms=delay_ms),
+        "drop": drop,
+        "drop_rocksdb": drop,
+        "within": within,
+        "within_rocksdb": within,
         "first": Deduplicate(s, ["k"], keep="first"),
     }
 
@@ -262,9 +287,14 @@ def _profile(query: RelstateQuery) -> str:
     )
 
 
-def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
-    """Time each comparison's two sides on the same files, in one session."""
+def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1) -> SuiteResult:
+    """Time each comparison's two sides on the same files, in one session,
+    at ``scale`` times the default size. Above 1 the keep-first comparison
+    is left out: its baseline takes twenty times relstate's time, many
+    minutes at that size."""
     rows, keys, n = (4_000, 2_000, 2) if quick else (200_000, 100_000, 5)
+    rows, keys = rows * scale, keys * scale
+    kinds = [c for c in _COMPARISONS if scale == 1 or c[0] != "first"]
     delay_ms = (keys // n) * _STEP_MS * 3 // 2
     progress("starting Spark")
     spark = local_spark("relstate-bench-dedup", {"spark.sql.shuffle.partitions": str(_PARTITIONS)})
@@ -276,17 +306,18 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         sides = _Sides(spark, warm, workdir, delay_ms)
         # Every kind of query once on a small input, each side, so that no
         # timed query pays for its first start (classes, Python workers).
-        for kind, label, *_ in _COMPARISONS:
+        for kind, label, *_ in kinds:
             progress(f"warming up {label}")
             sides.spark_side(kind)
             sides.relstate(_operators(sides.tz, delay_ms)[kind])
         sides.source = source
         comparisons = []
         readings = []
+        work: list[Work] = []
         progress("the runner around an operator that does nothing")
         discard = Discard([schema(sides.tz)], schema(sides.tz))
         floor_runs = [sides.relstate(discard)[0]]
-        for kind, label, baseline, goal in _COMPARISONS:
+        for kind, label, baseline, goal in kinds:
             ours_name, theirs_name = _READING_NAMES.get(kind, (label, baseline))
             # Medians of several alternating runs, but for the slow baseline
             # (a single run of it takes over a minute, twenty times relstate's).
@@ -311,6 +342,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
                 label, rows, ours_runs, theirs_runs, baseline, goal=goal
             )
             comparisons.append(comparison)
+            work.append(work_of(comparison, query.history))
             if repeats > 1:
                 readings.append((f"runs, relstate {ours_name}", runs(ours_runs)))
                 readings.append((f"runs, {theirs_name}", runs(theirs_runs)))
@@ -340,9 +372,17 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         "operator pays for Spark's micro-batch, the shuffle and the state store's open and "
         "commit; the baseline's time over it is the most any operator on this runner could "
         "reach at this size. Spark's "
-        "native operators use its default state store; the `transformWithStateInPandas` "
+        "native operators run on its default state store and, as a second baseline, on "
+        "its RocksDB provider (`spark.sql.streaming.stateStore.providerClass` = "
+        "`RocksDBStateStoreProvider`); the `transformWithStateInPandas` "
         "processor uses the RocksDB provider (it requires it). No-data batches are off "
         "on Spark's side so both run the same batches."
+        + (
+            ""
+            if scale == 1
+            else " At this scale the keep-first comparison is left out: its baseline alone "
+            "would take about twenty times relstate's time, many minutes."
+        )
     )
     return SuiteResult(
         suite="dedup",
@@ -350,4 +390,5 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteRes
         description=description,
         comparisons=comparisons,
         readings=readings,
+        work=work,
     )

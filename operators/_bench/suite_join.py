@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from operators._bench.join_workload import changelog, make_join, run_dict, run_harness
-from operators._bench.versus import Comparison, SuiteResult
+from operators._bench.versus import Comparison, SuiteResult, Work, work_of
 from operators.join import JoinType
 
 __all__ = ["measure", "run"]
@@ -31,31 +32,40 @@ def _rate(rows: int, seconds: float) -> str:
 
 def measure(
     rows: int, workdir: Path, progress: Callable[[str], None]
-) -> tuple[list[Comparison], list[tuple[str, str]]]:
-    """Every workload at ``rows`` rows per side: comparisons and readings."""
+) -> tuple[list[Comparison], list[tuple[str, str]], list[Work]]:
+    """Every workload at ``rows`` rows per side: comparisons, readings, and
+    relstate's own work per row on RocksDB."""
     micro = changelog(rows, batches=5, seed=1)
     total = 2 * rows
     comparisons: list[Comparison] = []
     readings: list[tuple[str, str]] = []
+    work: list[Work] = []
     for join_type in (JoinType.INNER, JoinType.FULL):
         dict_seconds, dict_out = run_dict(join_type, micro)
         for unique_key in (True, False):
             name = f"{join_type.value}, {'unique key' if unique_key else 'no unique key'}"
             progress(name)
             seconds: dict[str, float] = {}
+            history: list[dict[str, Any]] = []
             for backend in ("rocksdb", "memory"):
                 path = workdir / f"{join_type.value}-{unique_key}-{backend}"
                 seconds[backend], out = run_harness(
-                    make_join(join_type, unique_key), micro, backend, path
+                    make_join(join_type, unique_key),
+                    micro,
+                    backend,
+                    path,
+                    history if backend == "rocksdb" else None,
                 )
                 if out != dict_out:
                     raise RuntimeError(
                         f"{name} on {backend}: relstate emitted {out} rows, the dict join "
                         f"{dict_out}; the comparison would not be of the same work"
                     )
-            comparisons.append(
-                Comparison(f"{name} (RocksDB)", total, seconds["rocksdb"], dict_seconds, _DICT)
+            versus_dict = Comparison(
+                f"{name} (RocksDB)", total, seconds["rocksdb"], dict_seconds, _DICT, goal=0.5
             )
+            comparisons.append(versus_dict)
+            work.append(work_of(versus_dict, history))
             comparisons.append(
                 Comparison(
                     f"{name} (RocksDB vs memory)",
@@ -73,13 +83,14 @@ def measure(
                     f"{dict_out:,} output rows",
                 )
             )
-    return comparisons, readings
+    return comparisons, readings, work
 
 
-def run(quick: bool, workdir: Path, progress: Callable[[str], None]) -> SuiteResult:
-    """The suite: 10,000 rows per side with ``quick``, else 50,000."""
-    rows = 10_000 if quick else 50_000
-    comparisons, readings = measure(rows, workdir, progress)
+def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1) -> SuiteResult:
+    """The suite: 10,000 rows per side with ``quick``, else 50,000; ``scale``
+    times that."""
+    rows = (10_000 if quick else 50_000) * scale
+    comparisons, readings, work = measure(rows, workdir, progress)
     description = f"""
 A changelog join of two inputs `(id, k, v)` on `k`, {rows:,} rows per side (about
 one in six a delete of a live row; keys from {rows // 2:,} values, so each row
@@ -102,4 +113,5 @@ The operator's output is checked to be the same size as the dict join's.
         description=description,
         comparisons=comparisons,
         readings=readings,
+        work=work,
     )

@@ -1,7 +1,8 @@
 """The operator suites of ``relstate bench --suite NAME``, by name.
 
-Each suite is a module with ``run(quick, workdir, progress) -> SuiteResult``;
-it is imported only when asked for, since most start Spark.
+Each suite is a module with ``run(quick, workdir, progress, scale=1) ->
+SuiteResult``, ``scale`` times its default size; it is imported only when
+asked for, since most start Spark.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Suite(Protocol):
     """What a suite module provides."""
 
     def __call__(
-        self, quick: bool, workdir: Path, progress: Callable[[str], None]
+        self, quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1
     ) -> SuiteResult: ...
 
 

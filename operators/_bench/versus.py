@@ -10,16 +10,28 @@ a speed-up. Absolute figures that have no baseline are readings.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 import pyarrow as pa
 
 from operators._bench.runner import Machine
 from operators._operator import Operator, OperatorContext
 
-__all__ = ["Comparison", "Discard", "SuiteResult", "ceiling", "markdown", "runs", "terminal"]
+__all__ = [
+    "Comparison",
+    "Discard",
+    "SuiteResult",
+    "Work",
+    "ceiling",
+    "markdown",
+    "page_name",
+    "runs",
+    "terminal",
+    "work_of",
+]
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,48 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Work:
+    """Where relstate's time went in one comparison, against the baseline:
+    microseconds per input row of relstate's own work (task time summed
+    over partitions, from the batches' metrics), and of each side's wall
+    time."""
+
+    name: str
+    rows: int
+    #: The operator's work on its input (the runner's ``allUpdatesTimeMs``,
+    #: plus rows an operator stores at the batch's close).
+    update_us: float
+    #: Eviction and timers (``allRemovalsTimeMs``, or the join's own
+    #: ``evictionTimeMs``).
+    eviction_us: float
+    #: The state store's commit (``commitTimeMs``).
+    commit_us: float
+    relstate_us: float
+    baseline_us: float
+    baseline: str
+
+
+def work_of(comparison: Comparison, history: Sequence[Mapping[str, Any]]) -> Work:
+    """The :class:`Work` of ``comparison`` from a relstate run's batch
+    ``history`` (one run: its batches' metrics, summed over partitions)."""
+
+    def total(*names: str) -> float:
+        return float(sum(int(h["metrics"].get(n, 0)) for h in history for n in names))
+
+    per_row = 1000.0 / comparison.rows  # ms summed -> µs per row
+    return Work(
+        comparison.name,
+        comparison.rows,
+        total("allUpdatesTimeMs", "storeTimeMs") * per_row,
+        total("allRemovalsTimeMs", "evictionTimeMs") * per_row,
+        total("commitTimeMs") * per_row,
+        comparison.relstate_seconds * 1e6 / comparison.rows,
+        comparison.baseline_seconds * 1e6 / comparison.rows,
+        comparison.baseline,
+    )
+
+
+@dataclass(frozen=True)
 class SuiteResult:
     """Everything one suite measured."""
 
@@ -78,6 +132,10 @@ class SuiteResult:
     comparisons: Sequence[Comparison]
     #: Absolute figures: (what, value as text).
     readings: Sequence[tuple[str, str]] = ()
+    #: Per comparison where it has one, relstate's own work per row.
+    work: Sequence[Work] = ()
+    #: How many times the suite's default size the run was (``--scale``).
+    scale: int = 1
     machine: Machine = field(default_factory=Machine.current)
     finished: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
@@ -142,26 +200,70 @@ def _machine(m: Machine) -> str:
     return f"{m.cores} cores ({m.cpu}), Python {m.python}, {versions}{load}"
 
 
+_WORK_HEADER = [
+    "workload",
+    "rows",
+    "update",
+    "eviction",
+    "commit",
+    "relstate own work",
+    "relstate wall",
+    "baseline wall",
+]
+
+
+def _work_cells(w: Work) -> list[str]:
+    own = w.update_us + w.eviction_us + w.commit_us
+    return [
+        w.name,
+        f"{w.rows:,}",
+        f"{w.update_us:.1f}",
+        f"{w.eviction_us:.1f}",
+        f"{w.commit_us:.1f}",
+        f"{own:.1f}",
+        f"{w.relstate_us:.1f}",
+        f"{w.baseline_us:.1f} ({w.baseline})",
+    ]
+
+
+def page_name(suite: str, scale: int) -> str:
+    """The file name of a suite's page at ``scale``: ``join.md``, ``join-x10.md``."""
+    return f"{suite}.md" if scale == 1 else f"{suite}-x{scale}.md"
+
+
+def _command(result: SuiteResult) -> str:
+    scale = "" if result.scale == 1 else f" --scale {result.scale}"
+    return f"relstate bench --suite {result.suite}{scale}"
+
+
 def terminal(result: SuiteResult) -> str:
     """The comparisons and readings as aligned plain-text tables."""
     rows = [_HEADER, *(_cells(c) for c in result.comparisons)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER))]
-    lines = [f"relstate bench --suite {result.suite}: {result.title}", _machine(result.machine)]
+    lines = [f"{_command(result)}: {result.title}", _machine(result.machine)]
     lines += [""] + [
         "  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
         for r in rows
     ]
+    if result.work:
+        work = [_WORK_HEADER, *(_work_cells(w) for w in result.work)]
+        widths = [max(len(r[i]) for r in work) for i in range(len(_WORK_HEADER))]
+        lines += ["", "  µs per input row:"] + [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+            for r in work
+        ]
     if result.readings:
         lines += ["", *(f"  {what}: {value}" for what, value in result.readings)]
     return "\n".join(lines) + "\n"
 
 
 def markdown(result: SuiteResult) -> str:
-    """The page ``docs/bench/<suite>.md``."""
+    """The page ``docs/bench/<suite>.md`` (``<suite>-x<scale>.md`` at a scale)."""
+    title = result.title if result.scale == 1 else f"{result.title} ({result.scale}x size)"
     lines = [
-        f"# {result.title}",
+        f"# {title}",
         "",
-        f"*Generated by `relstate bench --suite {result.suite}` on "
+        f"*Generated by `{_command(result)}` on "
         f"{result.finished:%Y-%m-%d %H:%M} UTC; do not edit by hand.*",
         "",
         result.description.strip(),
@@ -172,6 +274,19 @@ def markdown(result: SuiteResult) -> str:
         "|" + "---|" * len(_HEADER),
     ]
     lines += ["| " + " | ".join(_cells(c)) + " |" for c in result.comparisons]
+    if result.work:
+        lines += [
+            "",
+            "Where the time goes, in microseconds per input row: relstate's own work "
+            "(update: the operator on its input; eviction: watermark eviction and timers; "
+            "commit: the state store's commit) is task time summed over partitions, "
+            "from the batches' metrics of the last run; the wall columns are each "
+            "side's median wall time over its input rows.",
+            "",
+            "| " + " | ".join(_WORK_HEADER) + " |",
+            "|" + "---|" * len(_WORK_HEADER),
+        ]
+        lines += ["| " + " | ".join(_work_cells(w)) + " |" for w in result.work]
     if result.readings:
         lines += ["", "| measurement | value |", "|---|---|"]
         lines += [f"| {what} | {value} |" for what, value in result.readings]

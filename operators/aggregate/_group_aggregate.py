@@ -30,6 +30,7 @@ from operators._relational import Pending, check_names, key_tuples, signs
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
 from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow
+from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["GroupAggregate"]
@@ -75,16 +76,16 @@ class GroupAggregate(Operator):
         name: str = "group_aggregate",
     ) -> None:
         if not group_by:
-            raise ValueError(
+            raise InputError(
                 "name at least one group_by column (for a global aggregate, group by a "
                 "constant column)"
             )
         check_names(schema, group_by, "group_by")
         if not aggregates:
-            raise ValueError("give at least one aggregate")
+            raise InputError("give at least one aggregate")
         names = [*group_by, *(a.name for a in aggregates)]
         if len(set(names)) != len(names):
-            raise ValueError(f"output columns {names} name a column twice")
+            raise InputError(f"output columns {names} name a column twice")
         aggregated = sorted({a.column for a in aggregates if a.column is not None})
         check_names(schema, aggregated, "aggregate")
         if row_key is not None:

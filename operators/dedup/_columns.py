@@ -40,12 +40,12 @@ _MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 def check_columns(schema: pa.Schema, names: Sequence[str], what: str) -> None:
     """Raise ``ValueError`` unless every name is a column of ``schema``."""
     if not names:
-        raise ValueError(f"name at least one {what} column")
+        raise InputError(f"name at least one {what} column")
     missing = [n for n in names if n not in schema.names]
     if missing:
-        raise ValueError(f"{what} column(s) {missing} are not in the input {schema.names}")
+        raise InputError(f"{what} column(s) {missing} are not in the input {schema.names}")
     if len(set(names)) != len(names):
-        raise ValueError(f"{what} columns {list(names)} name a column twice")
+        raise InputError(f"{what} columns {list(names)} name a column twice")
 
 
 def check_watermark(

@@ -102,18 +102,18 @@ class Deduplicate(Operator):
     ) -> None:
         check_columns(schema, key, "key")
         if keep not in ("first", "last"):
-            raise ValueError(f"keep is 'first' or 'last', got {keep!r}")
+            raise InputError(f"keep is 'first' or 'last', got {keep!r}")
         if order_by is not None:
             check_columns(schema, [order_by], "order_by")
         if sequence_column is not None:
             check_columns(schema, [sequence_column], "sequence")
         if changelog and (keep == "first" or order_by is not None):
-            raise ValueError(
+            raise InputError(
                 "a changelog input is deduplicated keeping the last row on processing time "
                 "only (Flink's processLastRowOnChangelog); use keep='last' and order_by=None"
             )
         if state_ttl_ms is not None and state_ttl_ms <= 0:
-            raise ValueError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
+            raise InputError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
         self.name = name
         self.key = list(key)
         self.keep_last = keep == "last"
@@ -241,8 +241,10 @@ class Deduplicate(Operator):
         expiry = ExpiryIndex(ctx.table("expiry")) if self.ttl is not None else None
         now = ctx.processing_time
         stored_rows: list[Row | None] | None = None
+        writes: _Writes | None = None
         if self.mini_batch:
             stored_rows = table.get_rows([g[0][0] for g in groups])
+            writes = _Writes()
         counts = dict.fromkeys((DROPPED, UNKNOWN, IDENTICAL, FOLDED), 0)
         for i, group in enumerate(groups):
             key = group[0][0]
@@ -259,7 +261,7 @@ class Deduplicate(Operator):
                 if state is not KEEP:
                     final = state
                     visible = None if state is CLEAR else state  # type: ignore[assignment]
-            self._write(table, expiry, key, stored, final, now)
+            self._write(table, expiry, key, stored, final, now, writes)
             counts[IDENTICAL] += dropped[IDENTICAL]
             if arrived is None:
                 counts[DROPPED] += dropped[DROPPED]
@@ -273,6 +275,8 @@ class Deduplicate(Operator):
             # group did: the rows a later one replaced within the batch.
             decided = len(group) - dropped[DROPPED] - dropped[UNKNOWN]
             counts[FOLDED] += len(every) - duplicates - unknown - decided
+        if writes is not None:
+            writes.apply(table, expiry)
         for name, n in counts.items():
             ctx.count(name, n)
 
@@ -342,16 +346,22 @@ class Deduplicate(Operator):
         stored: Row | None,
         state: State,
         now: int,
+        writes: _Writes | None = None,
     ) -> None:
-        """Apply a rule's new state to the stored row of ``key``."""
+        """Apply a rule's new state to the stored row of ``key``: at once, or,
+        given ``writes`` (a mini-batch), when the batch's keys are decided."""
         if state is KEEP:
             return
         old_expiry = None if stored is None or expiry is None else stored[-1]
         if state is CLEAR:
-            if stored is not None:
-                table.delete(stored)
-                if expiry is not None:
-                    expiry.move(key, old_expiry, None)
+            if stored is None:
+                return
+            if writes is not None:
+                writes.delete(stored, key, old_expiry)
+                return
+            table.delete(stored)
+            if expiry is not None:
+                expiry.move(key, old_expiry, None)
             return
         assert isinstance(state, tuple)
         value = key if self._marker_only else state
@@ -359,9 +369,78 @@ class Deduplicate(Operator):
         if self.ttl is not None:
             new_expiry = expiry_time(now, self.ttl)
             value = (*value, new_expiry)
+        if writes is not None:
+            writes.put(stored, value, key, old_expiry, new_expiry)
+            return
         if stored is None:
             table.insert(value)
         elif stored != value:
             table.update(stored, value)
         if expiry is not None:
             expiry.move(key, old_expiry, new_expiry)
+
+
+class _Writes:
+    """A mini-batch's writes, collected per key and applied as batch writes
+    (each key is written once per mini-batch, so their order does not
+    matter): the rows table's inserts, updates and deletes, and the expiry
+    index's moves."""
+
+    __slots__ = ("deletes", "expiry_in", "expiry_out", "inserts", "updates")
+
+    def __init__(self) -> None:
+        self.inserts: list[Row] = []
+        self.updates: list[Row] = []
+        self.deletes: list[Row] = []
+        self.expiry_out: list[Row] = []
+        self.expiry_in: list[Row] = []
+
+    def put(
+        self, stored: Row | None, value: Row, key: Row, old: int | None, new: int | None
+    ) -> None:
+        """Store ``value`` for ``key`` over ``stored``; its expiry moves from
+        ``old`` to ``new``."""
+        if stored is None:
+            self.inserts.append(value)
+        elif stored != value:
+            self.updates.append(value)
+        self._move(key, old, new)
+
+    def delete(self, stored: Row, key: Row, old: int | None) -> None:
+        """Delete ``stored``, the row of ``key`` that expired at ``old``."""
+        self.deletes.append(stored)
+        self._move(key, old, None)
+
+    def _move(self, key: Row, old: int | None, new: int | None) -> None:
+        if old == new:
+            return
+        if old is not None:
+            self.expiry_out.append((old, *key))
+        if new is not None:
+            self.expiry_in.append((new, *key))
+
+    def apply(self, table: StateTable, expiry: ExpiryIndex | None) -> None:
+        """Write everything collected: one batch write of each kind."""
+        columns = table.schema.columns
+        if self.deletes:
+            table.delete_batch(_batch(columns, self.deletes))
+        if self.updates:
+            table.update_batch(_batch(columns, self.updates))
+        if self.inserts:
+            table.insert_batch(_batch(columns, self.inserts))
+        if expiry is None:
+            return
+        index = expiry.index
+        if self.expiry_out:
+            index.delete_batch(_batch(index.schema.columns, self.expiry_out))
+        if self.expiry_in:
+            index.insert_batch(_batch(index.schema.columns, self.expiry_in))
+
+
+def _batch(schema: pa.Schema, rows: Sequence[Row]) -> pa.RecordBatch:
+    """Row tuples in ``schema``'s column order as one Arrow batch."""
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=True)],
+        schema=schema,
+    )

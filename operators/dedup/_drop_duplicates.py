@@ -38,6 +38,7 @@ from operators.dedup._columns import (
     expiry_schema,
     reject_changelog,
 )
+from operators.errors import InputError
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class _FirstRowPerKey(Operator):
         if event_time is not None:
             check_columns(schema, [event_time], "event-time")
             if not pa.types.is_timestamp(schema.field(event_time).type):
-                raise ValueError(
+                raise InputError(
                     f"event-time column {event_time!r} has type "
                     f"{schema.field(event_time).type}; it must be a timestamp"
                 )
@@ -208,7 +209,7 @@ class DropDuplicatesWithinWatermark(_FirstRowPerKey):
     ) -> None:
         super().__init__(schema, columns, event_time, name)
         if delay_ms < 0:
-            raise ValueError(f"delay_ms is a number of milliseconds >= 0, got {delay_ms}")
+            raise InputError(f"delay_ms is a number of milliseconds >= 0, got {delay_ms}")
         self.delay_us = delay_ms * 1000
         fields = self.key_fields()
         seen = [*fields, pa.field("expires_at", pa.int64(), nullable=False)]

@@ -41,7 +41,7 @@ class Sessions(Operator):
 
     def __init__(self, gap: int = 30 * 60 * 1000, name: str = "sessions") -> None:
         if gap < 0:
-            raise ValueError(f"the session gap is a number of milliseconds >= 0, got {gap}")
+            raise InputError(f"the session gap is a number of milliseconds >= 0, got {gap}")
         self.gap = gap
         self.name = name
         ts = pa.timestamp("us")

@@ -108,6 +108,17 @@ class AppendJoin(Operator):
         # close: see _Run.
         self._runs: dict[int, _Run] = {}
 
+    def output_watermark(self, watermark: int | None) -> int | None:
+        """A joined row carries both sides' event times, and a side's stored
+        row can still be emitted until it falls below that side's state
+        watermark: the output watermark is the least of the two state
+        watermarks (ms) and the input one, as Spark's stream-stream join
+        gives a later stateful operator."""
+        if watermark is None:
+            return None
+        cuts = [self.time.state_watermark(side, watermark) // 1000 for side in (0, 1)]
+        return min(watermark, *cuts)
+
     def watermark_rows(self, batch: pa.RecordBatch, side: int) -> pa.BooleanArray | None:
         """A row whose join key is null can meet nothing; Spark filters such
         rows out before its watermark on every side that is not outer, and so

@@ -29,11 +29,12 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import PartitionLocal, TableSchema
-from operators._changelog import RowKind
+from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
+from operators.join._batch import BatchContext, BatchTable, read_whole
 from operators.join._metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
-from operators.join._views import JoinStateView, Record
+from operators.join._views import JoinStateView, Record, ViewKind
 from statestore import ConsistencyMode
 
 __all__ = ["StreamingJoin"]
@@ -118,6 +119,9 @@ class StreamingJoin(Operator):
             for side in (LEFT, RIGHT)
         )
         self._nulls = tuple((None,) * len(s) for s in self.spec.inputs)
+        # The rows each batch run in progress (by context) holds: see
+        # operators/join/_batch.py.
+        self._held: dict[int, dict[str, BatchTable]] = {}
         tables = [v.table for v in self.views]
         self.tables = [*tables, _SWEEPS] if any(t is not None for t in ttls) else tables
 
@@ -130,6 +134,7 @@ class StreamingJoin(Operator):
 
     def open(self, ctx: OperatorContext) -> None:
         """Sweep each side with a TTL whose sweep is due (once per TTL)."""
+        self._held[id(ctx)] = {}
         now = ctx.processing_time
         for side, view in enumerate(self.views):
             if view.ttl_ms is None:
@@ -144,8 +149,54 @@ class StreamingJoin(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         """Report each side's state rows."""
+        self._held.pop(id(ctx), None)
         for view in self.views:
             ctx.metrics[side_metric(view.name, TOTAL)] = ctx.table(view.name).row_count
+
+    # -- one batch -------------------------------------------------------------------------
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """The batch path (:mod:`operators.join._batch`): read every row the
+        batch may touch at once, apply :meth:`process_row` to each input row
+        in order over them, write the net changes at once. A side with a TTL
+        expires rows as it reads them, and goes record at a time."""
+        if any(v.ttl_ms is not None for v in self.views):
+            super().process_batch(ctx, batch, side)
+            return
+        view, other = self.views[side], self.views[1 - side]
+        names = self.inputs[side].names
+        columns = [batch.column(n).to_pylist() for n in names]
+        rows: list[Row] = list(zip(*columns, strict=True))
+        own, theirs = self._held_table(ctx, view), self._held_table(ctx, other)
+        join_keys = {view.join_key(row) for row in rows}
+        if not self.null_safe:
+            join_keys = {k for k in join_keys if None not in k}
+        # Many keys for the table's rows: one read of the whole table beats
+        # a point read or a bounded scan per key.
+        if read_whole(len(rows), own.table):
+            own.load_all()
+        else:
+            own.load_rows(view.identity(row) for row in rows)
+        if read_whole(len(join_keys), theirs.table):
+            theirs.load_all()
+        elif other.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY:
+            theirs.load_rows(join_keys)
+        else:
+            theirs.load_prefixes(join_keys)
+        batch_ctx = BatchContext(ctx, {view.name: own, other.name: theirs})
+        for kind, row in zip(row_kinds(batch), rows, strict=True):
+            self.process_row(batch_ctx, row, kind, side)
+        own.flush()
+        theirs.flush()
+
+    def _held_table(self, ctx: OperatorContext, view: JoinStateView) -> BatchTable:
+        """The rows of ``view``'s table this batch run holds, while nothing
+        else has written the table since."""
+        held = self._held.setdefault(id(ctx), {})
+        table = held.get(view.name)
+        if table is None or not table.current:
+            table = held[view.name] = BatchTable(ctx.table(view.name), len(view.join_key_indices))
+        return table
 
     # -- one row ---------------------------------------------------------------------------
 

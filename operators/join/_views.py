@@ -140,6 +140,16 @@ class JoinStateView:
         """The join key of an input row."""
         return tuple(row[i] for i in self._jk)
 
+    @property
+    def join_key_indices(self) -> tuple[int, ...]:
+        """Positions of the join key columns in an input row."""
+        return self._jk
+
+    def identity(self, row: Row) -> list[Any]:
+        """The primary key of an input row's stored record: its join key and
+        unique key, or, without one, the whole row (what :meth:`find` reads)."""
+        return [row[i] for i in self._identity]
+
     def _record(self, stored: Row) -> Record:
         a, c = self._appearances, self._associations
         return Record(
@@ -177,7 +187,7 @@ class JoinStateView:
         """The live stored record with ``row``'s identity: the same unique key,
         or, without one, the same row."""
         table = ctx.table(self.name)
-        stored = table.get_row([row[i] for i in self._identity])
+        stored = table.get_row(self.identity(row))
         if stored is None:
             return None
         if self._expired(stored, ctx.processing_time):

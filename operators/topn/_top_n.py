@@ -27,6 +27,7 @@ from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators._relational import Pending, check_names, key_tuples, signs
+from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["TopN"]
@@ -72,11 +73,11 @@ class TopN(Operator):
     ) -> None:
         order = [o if isinstance(o, KeyColumn) else KeyColumn(o) for o in order_by]
         if not order:
-            raise ValueError("name at least one order_by column")
+            raise InputError("name at least one order_by column")
         if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit is a positive integer, got {limit!r}")
+            raise InputError(f"limit is a positive integer, got {limit!r}")
         if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset is a non-negative integer, got {offset!r}")
+            raise InputError(f"offset is a non-negative integer, got {offset!r}")
         order_names = [o.name for o in order]
         check_names(schema, [*partition_by, *order_names], "partition_by and order_by")
         if row_key is not None:

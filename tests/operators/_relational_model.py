@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from operators._stages import partition_of
 
 from operators import RowKind
+from operators._spark_hash import spark_partition
 from operators.testing import Emitted, OperatorHarness
 
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("w", pa.string()), ("id", pa.int64())])
@@ -88,18 +88,19 @@ def as_batch(changes: Sequence[Change]) -> pa.RecordBatch:
 
 class Partitioned:
     """One harness per partition; a batch's rows go to the partition of
-    their key, as the runner's repartition sends them."""
+    their key, as the runner's repartition sends them (Spark's hash)."""
 
     def __init__(self, make: Any, key: Sequence[str], partitions: int) -> None:
         self.harnesses = [OperatorHarness(make()) for _ in range(partitions)]
         self._key = [SCHEMA.names.index(k) for k in key]
+        self._types = [SCHEMA.field(k).type for k in key]
 
     def run(self, changes: Sequence[Change]) -> list[Emitted]:
         """Process a batch on every partition, commit, and return all output."""
         parts: list[list[Change]] = [[] for _ in self.harnesses]
         for kind, row in changes:
             key = tuple(row[i] for i in self._key)
-            parts[partition_of(key, len(self.harnesses))].append((kind, row))
+            parts[spark_partition(key, self._types, len(self.harnesses))].append((kind, row))
         out: list[Emitted] = []
         for harness, part in zip(self.harnesses, parts, strict=True):
             n = len(harness.output)

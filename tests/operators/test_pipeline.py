@@ -182,3 +182,18 @@ def test_operator_harness_run_batch_judges_late_rows_against_the_previous_waterm
         harness.run_batch([(0, batch)], watermark=10)
         harness.run_batch([(0, batch)], watermark=20)
     assert seen == [(10, None), (20, 10)]
+
+
+def test_append_join_passes_on_its_state_watermark() -> None:
+    """AppendJoin's output watermark is the least of its sides' state
+    watermarks: with right.ts between left.ts - 10 s and left.ts + 5 s, a left
+    row waits 5 s (and Spark's 1 ms), a right row 10 s."""
+    from operators.join import AppendJoin, TimeRange
+
+    left = pa.schema([("k", pa.int64()), ("lt", pa.timestamp("us", tz="UTC"))])
+    right = pa.schema([("k", pa.int64()), ("rt", pa.timestamp("us", tz="UTC"))])
+    join = AppendJoin(
+        left, right, ["k"], ["k"], "lt", "rt", TimeRange(10_000, 5_000), right_prefix="r_"
+    )
+    assert join.output_watermark(None) is None
+    assert join.output_watermark(100_000) == 100_000 - 10_000 - 1
