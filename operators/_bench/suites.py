@@ -27,6 +27,7 @@ SUITES: dict[str, str] = {
     "fkjoin": "operators._bench.suite_fkjoin",
     "aggregate": "operators._bench.suite_aggregate",
     "topn": "operators._bench.suite_topn",
+    "pipeline": "operators._bench.suite_pipeline",
 }
 
 

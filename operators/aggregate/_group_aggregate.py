@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
 from operators._operator import Operator, OperatorContext
-from operators._relational import Pending, check_names, key_tuples, signs
+from operators._relational import Pending, check_names, key_tuples, pylists, signs
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
-from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow
+from operators.aggregate._results import UNKNOWN, Touched, aligned, finish_in_arrow
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -247,39 +247,64 @@ class GroupAggregate(Operator):
             batch.column(column),
             *(batch.column(n) for n in identity),
         ]
-        entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
-        added: dict[int, list[Any]] = {}
-        retracted: dict[int, list[Any]] = {}
-        for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
-            group = touched.index[entry[: self._k]]
-            before = 0 if old is None else old[-1]
-            self._write_count(ctx, table, entry, old, before + delta)
-            into = retracted if delta < 0 else added
-            into.setdefault(group, []).append(entry[self._k])
-        # The stored extreme of each group that lost values: a group needs a
-        # scan only if it lost its extreme (or a value that is not beyond it).
-        lost = sorted(retracted)
-        stored = dict(
-            zip(lost, ctx.table("results").get_rows([touched.keys[g] for g in lost]), strict=True)
-        )
+        net = _net_table(arrays, sign, pc.is_valid(batch.column(column)))
+        self._write_counts(ctx, table, net)
+        # Per group, the least and greatest value it lost and gained.
+        groups = [f"__k{j}" for j in range(self._k)]
+        value = f"__k{self._k}"
+        delta = net.column("__s_sum")
+        spans = []
+        for rows in (net.filter(pc.less(delta, 0)), net.filter(pc.greater(delta, 0))):
+            span = rows.group_by(groups, use_threads=False).aggregate(
+                [(value, "min"), (value, "max")]
+            )
+            at = [
+                touched.index[k]
+                for k in key_tuples([span.column(g) for g in groups], span.num_rows)
+            ]
+            least, greatest = pylists([span.column(f"{value}_min"), span.column(f"{value}_max")])
+            spans.append((at, least, greatest))
+        (lost, lost_min, lost_max), (won, won_min, won_max) = spans
+        # A group needs a scan only if it lost its extreme (or a value not
+        # strictly beyond it): compare with the stored extreme, one multi-get.
+        stored = ctx.table("results").get_rows([touched.keys[g] for g in lost])
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
             is_min = agg.kind is Kind.MIN
-            at = self._acc[i].start
+            at_acc = self._acc[i].start
             rescanned: dict[int, Any] = {}
-            for group in lost:
-                row = stored[group]
-                current = None if row is None else row[at]
-                if current is not None and all(
-                    (v > current) if is_min else (v < current) for v in retracted[group]
-                ):
+            for group, row, low, high in zip(lost, stored, lost_min, lost_max, strict=True):
+                current = None if row is None else row[at_acc]
+                if current is not None and ((low > current) if is_min else (high < current)):
                     continue
                 first = next(table.scan(touched.keys[group], reverse=not is_min), None)
                 rescanned[group] = None if first is None else first[self._k]
-            pick = min if is_min else max
-            gained = {g: pick(v) for g, v in added.items() if g not in rescanned}
-            touched.extremes[i] = (rescanned, gained)
+            gained = dict(zip(won, won_min if is_min else won_max, strict=True))
+            touched.extremes[i] = (
+                rescanned,
+                {g: v for g, v in gained.items() if g not in rescanned},
+            )
+
+    def _write_counts(self, ctx: OperatorContext, table: StateTable, net: pa.Table) -> None:
+        """Add a batch's net changes (key columns, then ``__s_sum``) to a
+        materialized input's multiplicities, in batches: rows that come in
+        are inserted, changed ones updated, those whose count reaches zero
+        deleted."""
+        names = table.schema.columns.names[:-1]
+        fields = [table.schema.columns.field(n) for n in names]
+        pks = pa.table(net.columns[:-1], names=names).cast(pa.schema(fields))
+        stored, found = table.get_batch(pks)
+        old = aligned(stored, found, net.num_rows)
+        count = pc.add(pc.fill_null(old.column(_COUNT), 0), net.column("__s_sum"))
+        alive = pc.greater(count, 0)
+        unknown = pc.sum(pc.if_else(alive, 0, pc.negate(count))).as_py() or 0
+        if unknown:
+            ctx.count(UNKNOWN, unknown)
+        rows = pks.append_column(table.schema.columns.field(_COUNT), count)
+        table.insert_batch(rows.filter(pc.and_(pc.invert(found), alive)))
+        table.update_batch(rows.filter(pc.and_(found, alive)))
+        table.delete_keys(pks.filter(pc.and_(found, pc.invert(alive))))
 
     def _apply_distinct(
         self,
@@ -313,20 +338,6 @@ class GroupAggregate(Operator):
             if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
                 touched.distinct[i] = change
 
-    def _write_count(
-        self, ctx: OperatorContext, table: StateTable, entry: Row, old: Row | None, count: int
-    ) -> None:
-        """Store a materialized row's new multiplicity (none: delete it)."""
-        if count < 0:
-            ctx.count(UNKNOWN, -count)
-        if count > 0:
-            if old is None:
-                table.insert((*entry, count))
-            else:
-                table.update(old, (*entry, count))
-        elif old is not None:
-            table.delete(old)
-
 
 def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[pa.Field]:
     """The stored accumulator of aggregate ``i``."""
@@ -352,14 +363,20 @@ def _sum_type(input_type: pa.DataType) -> pa.DataType:
     return pa.float64() if pa.types.is_floating(input_type) else pa.int64()
 
 
-def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
+def _net_table(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> pa.Table:
     """The net change of a batch per distinct key of ``arrays`` (rows where
-    ``keep`` holds), leaving out keys whose changes cancel."""
+    ``keep`` holds), leaving out keys whose changes cancel: key columns
+    ``__k0``... then ``__s_sum``."""
     columns = {f"__k{j}": key_equal_values(a) for j, a in enumerate(arrays)}
     columns["__s"] = sign
     keys = list(columns)[:-1]
     table = pa.table(columns).filter(keep)
     net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
-    net = net.filter(pc.not_equal(net.column("__s_sum"), 0))
-    entries = key_tuples([net.column(k) for k in keys], net.num_rows)
-    return entries, net.column("__s_sum").to_pylist()
+    return net.filter(pc.not_equal(net.column("__s_sum"), 0)).select([*keys, "__s_sum"])
+
+
+def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
+    """:func:`_net_table` as key tuples and their net changes."""
+    net = _net_table(arrays, sign, keep)
+    keys = [net.column(j) for j in range(net.num_columns - 1)]
+    return key_tuples(keys, net.num_rows), net.column("__s_sum").to_pylist()

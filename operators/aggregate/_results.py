@@ -23,7 +23,7 @@ from operators._relational import key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
-__all__ = ["UNKNOWN", "Touched", "finish_in_arrow"]
+__all__ = ["UNKNOWN", "Touched", "aligned", "finish_in_arrow"]
 
 Row = tuple[Any, ...]
 
@@ -82,7 +82,7 @@ def finish_in_arrow(
         [folded.column(f"__g{j}") for j in range(k)], names=state_schema.names[:k]
     ).cast(pa.schema([state_schema.field(j) for j in range(k)]))
     stored, found = results.get_batch(keys)
-    old = _aligned(stored, found, n)
+    old = aligned(stored, found, n)
     rows = pc.add(pc.fill_null(old.column(k), 0), folded.column("__s_sum"))
     new_columns: list[pa.Array | pa.ChunkedArray] = [*keys.columns, rows]
     position = k + 1
@@ -154,7 +154,7 @@ def _width(kind: Kind) -> int:
     return 2 if kind in (Kind.SUM, Kind.AVG) else 1
 
 
-def _aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
+def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
     """The stored rows at their groups' places, all-null rows where none."""
     at = pc.subtract(pc.cumulative_sum(pc.cast(found, pa.int64())), 1)
     index = pc.if_else(found, at, pa.scalar(None, pa.int64()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,63 @@ class TestRelationalWorkload:
         from operators._bench.relational_workload import Timed, live_rows
 
         assert live_rows(Timed(1.0, {"+I": 7, "-U": 3, "+U": 3, "-D": 2})) == 5
+
+
+class TestPipelineSuite:
+    def test_workload_leaves_the_result_it_names(self) -> None:
+        """The pipeline suite's changelogs retract only live rows with their
+        old values, and replayed, leave the revenue per segment the workload
+        names as its result."""
+        from operators._bench.suite_pipeline import QUICK, workload
+
+        data = workload(QUICK, seed=3)
+        assert len(data.orders) == len(data.customers) == QUICK.batches
+        live: list[dict[int, tuple[Any, ...]]] = [{}, {}]
+        for tables in zip(data.orders, data.customers, strict=True):
+            for side, table in enumerate(tables):
+                for row in table.to_pylist():
+                    key, value = (
+                        row[table.column_names[0]],
+                        tuple(row[c] for c in table.column_names[1:-2]),
+                    )
+                    if row["row_kind"] in ("-U", "-D"):
+                        assert live[side].pop(key) == value
+                    else:
+                        assert key not in live[side]
+                        live[side][key] = value
+        orders, segments = live
+        totals: Counter[tuple[str, str]] = Counter()
+        for customer, amount in orders.values():
+            totals[(segments[customer][0], "orders")] += 1
+            totals[(segments[customer][0], "revenue")] += amount
+        names = {s for s, _ in totals}
+        assert data.result == Counter(
+            (s, totals[(s, "orders")], totals[(s, "revenue")]) for s in names
+        )
+
+    @pytest.mark.spark
+    def test_one_query_and_two_chained_give_the_result(self, spark: Any, tmp_path: Path) -> None:
+        """On a small input both variants of the pipeline suite leave the
+        workload's result, one Spark job per stage and batch, and every job
+        each query ran is counted."""
+        from operators._bench.suite_pipeline import (
+            WARM,
+            JobCounter,
+            one_query,
+            two_queries,
+            workload,
+        )
+        from operators.demo import write_batches
+
+        data = workload(WARM, seed=4)
+        write_batches(tmp_path / "in" / "orders", data.orders, prefix="part")
+        write_batches(tmp_path / "in" / "customers", data.customers, prefix="part")
+        jobs = JobCounter(spark)
+        one = one_query(spark, jobs, tmp_path / "in", tmp_path / "one", "smoke_one")
+        two = two_queries(spark, jobs, tmp_path / "in", tmp_path / "two", "smoke_two")
+        assert one.result == two.result == data.result
+        for query in (*one.queries, *two.queries):
+            assert query.batches == WARM.batches
+            assert all(n == WARM.batches for n in query.grouped.values())
+            assert query.jobs >= sum(query.grouped.values())
+        assert [sorted(q.grouped) for q in two.queries] == [["join"], ["revenue"]]
