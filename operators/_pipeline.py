@@ -273,13 +273,17 @@ class Pipeline:
             if inp.stream.is_stage == stream.is_stage and inp.stream.index == stream.index
         ]
 
-    def check_complete(self, output: Stream) -> None:
+    def check_complete(self, outputs: Sequence[Stream]) -> None:
         """Refuse a pipeline that cannot run: no stage, an output that is not
-        a stage's, a source or stage whose rows go nowhere."""
+        a stage's (or is given twice), a source or stage whose rows go nowhere."""
         if not self.stages:
             raise InputError("a pipeline needs at least one stage")
-        if not isinstance(output, Stream) or output.pipeline is not self or not output.is_stage:
-            raise InputError("the pipeline's output must be one of its stages' streams")
+        for output in outputs:
+            if not isinstance(output, Stream) or output.pipeline is not self or not output.is_stage:
+                raise InputError("the pipeline's outputs must be its stages' streams")
+        indices = [o.index for o in outputs]
+        if len(set(indices)) != len(indices):
+            raise InputError("a stage's stream is given as an output twice; give it once")
         for index, source in enumerate(self.sources):
             if not any(
                 not i.stream.is_stage and i.stream.index == index
@@ -288,12 +292,12 @@ class Pipeline:
             ):
                 raise InputError(f"source {source.name!r} is read by no stage")
         for index, stage in enumerate(self.stages):
-            if index != output.index and not any(
+            if index not in indices and not any(
                 i.stream.is_stage and i.stream.index == index for s in self.stages for i in s.inputs
             ):
                 raise InputError(
                     f"the output of stage {stage.name!r} goes nowhere: read it in a later "
-                    "stage or make it the pipeline's output"
+                    "stage or make it one of the pipeline's outputs"
                 )
 
     def watermark_delays(self) -> dict[str, int]:
@@ -329,9 +333,12 @@ class Pipeline:
         query_name: str | None = None,
         state_location: str | None = None,
         progress: Progress | None = None,
+        more_outputs: Sequence[tuple[Stream, BatchSink]] = (),
     ) -> RelstateQuery:
         """Start the streaming query that runs the pipeline; ``output``'s rows
-        (with ``row_kind``) go to ``sink`` each batch. See
+        (with ``row_kind``) go to ``sink`` each batch, and each further
+        ``(stream, sink)`` of ``more_outputs`` likewise, all written before the
+        batch is recorded and committed after. See
         :func:`operators.run_operator` for the other arguments."""
         from operators._runner import start
 
@@ -346,6 +353,7 @@ class Pipeline:
             query_name=query_name,
             state_location=state_location,
             progress=progress,
+            more_outputs=more_outputs,
         )
 
 

@@ -7,7 +7,7 @@ output of this batch) is repartitioned by the stage's key, ordered, and run in
 ``mapInArrow`` (:mod:`operators._spark_task`): each task loads its partition's
 previous winning commit, processes, commits this batch under a fresh commit
 id, and returns its output plus one metadata row. One Spark job per stage.
-The driver hands the output stage's rows to the sink, and only then records
+The driver hands each output stage's rows to its sink, and only then records
 the batch in the journal (:mod:`operators._journal`): every stage's winners,
 the watermarks and the metrics, in one record. A batch that runs again (a
 retried task, a restarted driver, a crash between two stages' commits) loads
@@ -99,17 +99,16 @@ class _Driver:
     def __init__(
         self,
         pipeline: Pipeline,
-        output: Stream,
+        outputs: Sequence[tuple[Stream, BatchSink]],
         plans: list[StagePlan],
-        sink: BatchSink,
         journal: Journal,
         retain: int,
         progress: Progress | None,
     ) -> None:
         self.pipeline = pipeline
-        self.output = output
+        #: Each output stream and its sink, the ``output`` given to start first.
+        self.outputs = list(outputs)
         self.plans = plans
-        self.sink = sink
         self.journal = journal
         self.retain = retain
         self.progress = progress
@@ -158,7 +157,11 @@ class _Driver:
         self.journal.record_winners(record)
         self._commit_sink(batch_id)
         self.journal.prune(self.retain)
-        summary = _summary(record, self.output.name, int((time.perf_counter() - started) * 1000))
+        summary = _summary(
+            record,
+            {o.name for o, _ in self.outputs},
+            int((time.perf_counter() - started) * 1000),
+        )
         self.history.append(summary)
         self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
         if self.progress is not None:
@@ -173,9 +176,10 @@ class _Driver:
         return []
 
     def _commit_sink(self, batch_id: int) -> None:
-        commit = getattr(self.sink, "commit", None)
-        if commit is not None:
-            commit(batch_id)
+        for _, sink in self.outputs:
+            commit = getattr(sink, "commit", None)
+            if commit is not None:
+                commit(batch_id)
 
     # -- the stages ---------------------------------------------------------------------
 
@@ -187,15 +191,20 @@ class _Driver:
         marks: list[int | None],
         processing_time: int,
     ) -> dict[str, list[dict[str, Any]]]:
-        """Run every stage of the batch in order and hand the output stage's
-        rows to the sink; each stage's task metadata rows."""
+        """Run every stage of the batch in order and hand each output
+        stage's rows to its sink; each stage's task metadata rows."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
         stages = self.pipeline.stages
-        out = self.output.index
-        direct = isinstance(self.sink, StagedSink) and not self.pipeline.consumers(self.output)
+        # An output no later stage reads, to a sink its tasks write into,
+        # is written by the stage's own job; the others are handed over after.
+        direct = {
+            stream.index: sink
+            for stream, sink in self.outputs
+            if isinstance(sink, StagedSink) and not self.pipeline.consumers(stream)
+        }
         results: dict[int, DataFrame] = {}
         cached: list[DataFrame] = []
         metas: dict[str, list[dict[str, Any]]] = {}
@@ -223,8 +232,8 @@ class _Driver:
                     processing_time=processing_time,
                 )
                 output = (
-                    self._staged_output(stage.operator, batch_id)
-                    if (direct and index == out)
+                    self._staged_output(stage.operator, direct[index], batch_id)
+                    if index in direct
                     else None
                 )
                 frame = self._stage_input(index, batch, results)
@@ -240,14 +249,16 @@ class _Driver:
                 )
                 metas[stage.name] = _committed(result, batch_id, plan.partitions, stage.name)
                 if output is not None:
-                    sink, staging, _ = output
-                    sink.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
-            if not direct:
+                    staged, staging, _ = output
+                    staged.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
+            for stream, handed in self.outputs:
+                if stream.index in direct:
+                    continue
                 context.setJobGroup(
                     job_group(self.query_name, "sink"), f"{self.query_name}: batch {batch_id}, sink"
                 )
-                rows = results[out].where(F.col(META).isNull()).drop(META, ORDER)
-                self.sink(rows, batch_id)
+                rows = results[stream.index].where(F.col(META).isNull()).drop(META, ORDER)
+                handed(rows, batch_id)
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description"):
                 context.setLocalProperty(key, None)  # type: ignore[arg-type]
@@ -302,14 +313,15 @@ class _Driver:
             by.insert(0, F.col(SIDE))
         return frame.sortWithinPartitions(*by)
 
-    def _staged_output(self, operator: Operator, batch_id: int) -> StagedOutput | None:
-        """Where this run of the output stage's tasks write their rows."""
+    def _staged_output(
+        self, operator: Operator, sink: StagedSink, batch_id: int
+    ) -> StagedOutput | None:
+        """Where this run of an output stage's tasks write their rows."""
         from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-        assert isinstance(self.sink, StagedSink)
         fields = [f.with_nullable(True) for f in output_schema(operator)]
         schema = to_arrow_schema(from_arrow_schema(pa.schema(fields)), timezone="UTC")
-        return self.sink, self.sink.stage(batch_id), schema
+        return sink, sink.stage(batch_id), schema
 
     def _record(
         self,
@@ -377,15 +389,15 @@ def _in_sequence() -> list[Column]:
     return [F.col(SEQ), F.when(retract, 0).otherwise(1)]
 
 
-def _summary(record: BatchRecord, output: str, duration_ms: int) -> BatchSummary:
+def _summary(record: BatchRecord, outputs: set[str], duration_ms: int) -> BatchSummary:
     """A batch as the query's history and progress callback see it: the
     stages' metrics under ``stage.metric``, and summed over stages under
-    their own names (``numOutputRows``: the output stage's)."""
+    their own names (``numOutputRows``: the output stages')."""
     flat: dict[str, int] = {}
     for stage, metrics in record.metrics.items():
         for k, v in metrics.items():
             flat[f"{stage}.{k}"] = v
-            if k != "numOutputRows" or stage == output:
+            if k != "numOutputRows" or stage in outputs:
                 flat[k] = flat.get(k, 0) + v
     return {
         "batch_id": record.batch_id,
@@ -554,12 +566,14 @@ def start(
     query_name: str | None = None,
     state_location: str | None = None,
     progress: Progress | None = None,
+    more_outputs: Sequence[tuple[Stream, BatchSink]] = (),
 ) -> RelstateQuery:
     """Start the streaming query of ``pipeline`` (see :meth:`Pipeline.start`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type
 
-    pipeline.check_complete(output)
+    outputs = [(output, sink), *more_outputs]
+    pipeline.check_complete([o for o, _ in outputs])
     harness_only = [s.name for s in pipeline.sources if s.frame is None]
     if harness_only:
         raise InputError(
@@ -580,8 +594,9 @@ def start(
             f"trigger takes one of {list(_TRIGGERS)} (a micro-batch trigger); got "
             f"{dict(trigger or {})}"
         )
-    if not callable(sink):
-        raise InputError(f"the sink must be callable with (DataFrame, batch id); got {sink!r}")
+    for _, each in outputs:
+        if not callable(each):
+            raise InputError(f"a sink must be callable with (DataFrame, batch id); got {each!r}")
     location = (state_location or checkpoint.rstrip("/") + "/state").rstrip("/")
     fs, root = filesystem_of(location)
     if fs.get_file_info(f"{root}.repartition.json").type.name != "NotFound":
@@ -636,9 +651,7 @@ def start(
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     if progress is None and sys.stderr.isatty():
         progress = _console_line
-    driver = _Driver(
-        pipeline, output, plans, sink, journal, max(store.retain_versions, 2), progress
-    )
+    driver = _Driver(pipeline, outputs, plans, journal, max(store.retain_versions, 2), progress)
     if query_name:
         driver.query_name = query_name
     writer = stream.writeStream.foreachBatch(driver).option(

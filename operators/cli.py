@@ -108,9 +108,10 @@ def _parser() -> argparse.ArgumentParser:
         "demo",
         help="run a complete stateful pipeline on local Spark",
         description=(
-            "An orders changelog arrives file by file; revenue per customer is kept in "
-            "relstate state tables by the Spark runner and checked, batch by batch, "
-            "against the same operator run record at a time without Spark."
+            "Orders and customers changelogs arrive file by file; one Spark query joins "
+            "them, keeps revenue per segment and the top 5 customers by revenue in "
+            "relstate state tables, and the result is checked against Spark batch SQL "
+            "over the inputs."
         ),
     )
     demo.add_argument(
@@ -130,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=(
             "kill the pipeline (SIGKILL) during batch N (numbered from 0, as the tables "
-            "number them), after its output is written and before it is recorded"
+            "number them), after its outputs are written and before it is recorded"
         ),
     )
     demo.add_argument(

@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyarrow.fs import LocalFileSystem
 
 from operators import ROW_KIND, Operator, OperatorContext, ParquetSink, RowKind, run_operator
+from operators._journal import Journal
 from operators.dedup import DropDuplicates
 from operators.demo import write_batches
 from operators.join import JoinType, StreamingJoin
@@ -368,12 +370,13 @@ def main(argv: list[str]) -> None:
     calm = _run(spark, workload, sources, root / "calm", workload.operator())
     calm_s = time.monotonic() - started
     checkpoint = PartitionCheckpoint(str(state), operator.name, 0)
-    record = json.loads((state / "_runner" / "batches" / f"{kill_batch:020d}.json").read_text())
+    record = Journal(LocalFileSystem(), str(state)).record(kill_batch)
+    assert record is not None, f"batch {kill_batch} was not recorded"
     result: Mapping[str, Any] = {
         "killed": asdict(killed),
         "attempts": checkpoint.commits(kill_batch),
         "winner": checkpoint.winner(kill_batch),
-        "recorded": record["winners"]["0"],
+        "recorded": record.winners_of(operator.name)[0],
         "seconds": {
             "disturbed": round(disturbed_s, 1),
             "kill_at": None if killed_after_s is None else round(killed_after_s, 1),

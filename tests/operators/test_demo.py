@@ -1,16 +1,33 @@
-"""``relstate demo``: a driver killed with SIGKILL mid-batch and started again
-ends with the same output as an uninterrupted run."""
+"""``relstate demo``: one pipeline (join, revenue per segment, top customers)
+whose driver, killed with SIGKILL mid-batch and started again, ends with the
+outputs Spark batch SQL gives over the inputs; and the demo's parts."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from operators.demo import DemoConfig, _Progress, check_java, generate, reference, revenue_table
+from operators.demo import (
+    CUSTOMERS,
+    ORDERS,
+    DemoConfig,
+    _Progress,
+    _table,
+    build_pipeline,
+    check_java,
+    expected_tables,
+    generate,
+    materialise,
+    segment_table,
+    top_table,
+    write_batches,
+)
 from operators.errors import RunnerError
+from operators.testing import PipelineHarness
 
 pytestmark = pytest.mark.spark
 
@@ -35,9 +52,10 @@ class TestDemo:
     def test_crash_and_resume_match_an_uninterrupted_run(
         self, tmp_path: Path, where: str, request: pytest.FixtureRequest
     ) -> None:
-        """--crash-after 2 kills the driver process during batch 2; --resume
-        finishes from the checkpoint, and every batch's output matches; with
-        the state in the checkpoint, and on S3 (a moto server)."""
+        """--crash-after 2 kills the driver process during batch 2, after
+        both outputs were written; --resume finishes from the checkpoint, and
+        revenue per segment and the top 5 match Spark batch SQL over the
+        inputs; with the state in the checkpoint, and on S3 (a moto server)."""
         state: list[str] = []
         if where == "s3":
             state = ["--state-location", request.getfixturevalue("s3").uri()]
@@ -45,7 +63,7 @@ class TestDemo:
         assert crashed.returncode == -9, crashed.stdout + crashed.stderr
         out = crashed.stdout
         assert "batch 1 done (2 of 4)" in out and "batch 2 done" not in out
-        assert "batch 2: output written; --crash-after 2 kills the pipeline now" in out
+        assert "--crash-after 2: the pipeline is killed (SIGKILL) during batch 2" in out
         assert f"finish it from the checkpoint {tmp_path / 'checkpoint'}: " in out
         assert f"relstate demo --resume --dir {tmp_path} --batches 4 --orders 300" in out
         resumed = _demo("--dir", str(tmp_path), "--resume", *state)
@@ -53,7 +71,9 @@ class TestDemo:
         assert f"resuming from the checkpoint {tmp_path / 'checkpoint'}" in resumed.stdout
         assert "batch 2 done (3 of 4)" in resumed.stdout
         assert "batch 3 done (4 of 4)" in resumed.stdout
-        assert "matches the same operator run" in resumed.stdout
+        assert "Revenue per segment (amounts are stored in cents" in resumed.stdout
+        assert "Top 5 customers by revenue" in resumed.stdout
+        assert "top 5 customers match Spark batch SQL" in resumed.stdout
 
     def test_resume_without_a_run_is_a_clear_error(self, tmp_path: Path) -> None:
         """--resume in an empty directory says what to do, without a traceback."""
@@ -89,7 +109,7 @@ class TestDemoParts:
     def test_progress_counts_batches_from_zero(self) -> None:
         """The progress line names the batch as the tables do (from 0) and
         how many of the run's batches are done."""
-        progress = _Progress(None, 6, None, "")  # type: ignore[arg-type]
+        progress = _Progress(6)
         line = progress.line(2, 1.25)
         assert line.startswith("batch 2 done (3 of 6) [###############...............]")
 
@@ -103,15 +123,20 @@ class TestDemoParts:
         assert DemoConfig().resume_command() == "relstate demo --resume"
         assert DemoConfig().checkpoint == Path("relstate-demo").resolve() / "checkpoint"
 
-    def test_revenue_is_shown_in_dollars_and_says_so(self) -> None:
-        """Amounts are stored in cents; the report shows dollars and says
-        both, top revenue first."""
-        lines = revenue_table({"customer-0001": (2, 12_345), "customer-0002": (1, 99_900)})
-        assert "stored in cents, shown in dollars" in lines[0]
-        assert lines[1].split() == ["customer", "orders", "revenue", "($)"]
-        assert [line.split() for line in lines[2:]] == [
-            ["customer-0002", "1", "999.00"],
-            ["customer-0001", "2", "123.45"],
+    def test_tables_show_dollars_and_say_so(self) -> None:
+        """Amounts are stored in cents; both tables show dollars and say
+        both, the most revenue first, the top customers ranked from 1."""
+        segments = segment_table([("smb", 2, 12_345), ("enterprise", 1, 99_900)])
+        assert "stored in cents, shown in dollars" in segments[0]
+        assert [line.split() for line in segments[2:]] == [
+            ["enterprise", "1", "999.00"],
+            ["smb", "2", "123.45"],
+        ]
+        top = top_table([("customer-0001", "smb", 2, 12_345), ("customer-0002", "smb", 1, 99_900)])
+        assert top[0].startswith("Top 5 customers by revenue") and "shown in dollars" in top[0]
+        assert [line.split() for line in top[2:]] == [
+            ["1", "customer-0002", "smb", "1", "999.00"],
+            ["2", "customer-0001", "smb", "2", "123.45"],
         ]
 
     def test_missing_java_is_a_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,18 +146,123 @@ class TestDemoParts:
         with pytest.raises(RunnerError, match="Java 17"):
             check_java()
 
-    def test_generated_changelog_is_consistent(self) -> None:
-        """The demo's source only retracts orders that exist, with their current amount."""
-        live: dict[int, int] = {}
-        for table in generate(DemoConfig(batches=3, orders_per_batch=500)):
-            for r in table.to_pylist():
-                if r["row_kind"] in ("+I", "+U"):
-                    live[r["order_id"]] = r["value"]
+    def test_generated_changelogs_are_consistent(self) -> None:
+        """The demo's sources only retract orders and customers that exist,
+        with their current values; customers do change segment, and some
+        orders come before their customer."""
+        orders: dict[int, int] = {}
+        segments: dict[str, str] = {}
+        moves, early = 0, 0
+        for order_changes, customer_changes in generate(
+            DemoConfig(batches=3, orders_per_batch=500)
+        ):
+            for c in customer_changes.to_pylist():
+                if c["row_kind"] == "+I":
+                    assert c["customer"] not in segments
+                    segments[c["customer"]] = c["segment"]
+                elif c["row_kind"] == "-U":
+                    assert segments.pop(c["customer"]) == c["segment"]
                 else:
-                    assert live.pop(r["order_id"]) == r["value"]
+                    assert c["row_kind"] == "+U"
+                    segments[c["customer"]] = c["segment"]
+                    moves += 1
+            for r in order_changes.to_pylist():
+                early += r["customer"] not in segments
+                if r["row_kind"] in ("+I", "+U"):
+                    orders[r["order_id"]] = r["amount"]
+                else:
+                    assert orders.pop(r["order_id"]) == r["amount"]
+        assert moves > 0 and early > 0
 
-    def test_reference_has_one_output_set_per_batch(self) -> None:
-        """The record-at-a-time reference gives one multiset of rows per batch."""
-        batches = generate(DemoConfig(batches=2, orders_per_batch=50))
-        expected = reference(batches)
-        assert len(expected) == 2 and all(sum(c.values()) > 0 for c in expected)
+    def test_materialise_nets_out_retractions(self) -> None:
+        """An output changelog's current rows: additions minus retractions,
+        whatever the order of the rows."""
+        rows = [
+            {"row_kind": "-U", "k": "a", "v": 1},
+            {"row_kind": "+I", "k": "a", "v": 1},
+            {"row_kind": "+U", "k": "a", "v": 2},
+            {"row_kind": "+I", "k": "b", "v": 3},
+            {"row_kind": "-D", "k": "b", "v": 3},
+        ]
+        assert materialise(rows, ["k", "v"]) == [("a", 2)]
+
+
+class TestExpectedTables:
+    def test_sql_materialises_the_changelogs_then_groups_and_ranks(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """The SQL check takes each order's and customer's latest change
+        (dropping deletions), joins them, sums revenue per segment and ranks
+        customers by revenue, ties by customer, keeping five."""
+        orders = [
+            (1, "c1", 100, "USD", 0, "+I"),
+            (1, "c1", 100, "USD", 5, "-U"),
+            (1, "c1", 300, "USD", 6, "+U"),
+            (2, "c2", 200, "USD", 1, "+I"),
+            (3, "c3", 900, "USD", 2, "+I"),
+            (3, "c3", 900, "USD", 7, "-D"),
+            (4, "c4", 300, "USD", 3, "+I"),
+            (5, "c9", 999, "USD", 4, "+I"),  # no such customer: no join
+            *[(10 + i, f"d{i}", 50 + i, "USD", 10 + i, "+I") for i in range(4)],
+        ]
+        customers = [
+            ("c1", "smb", 0, "+I"),
+            ("c2", "smb", 0, "+I"),
+            ("c3", "retail", 0, "+I"),
+            ("c4", "retail", 0, "+I"),
+            ("c4", "retail", 8, "-U"),
+            ("c4", "smb", 9, "+U"),
+            *[(f"d{i}", "retail", 10, "+I") for i in range(4)],
+        ]
+        write_batches(tmp_path / "orders", [_table(ORDERS, orders)], "orders")
+        write_batches(tmp_path / "customers", [_table(CUSTOMERS, customers)], "customers")
+        segments, top = expected_tables(spark, tmp_path)
+        assert sorted(segments) == [("retail", 4, 206), ("smb", 3, 800)]
+        assert sorted(top, key=lambda r: (-r[4], r[1])) == [
+            ("USD", "c1", "smb", 1, 300),
+            ("USD", "c4", "smb", 1, 300),
+            ("USD", "c2", "smb", 1, 200),
+            ("USD", "d3", "retail", 1, 53),
+            ("USD", "d2", "retail", 1, 52),
+        ]
+
+
+class TestDemoPipeline:
+    def test_harness_run_equals_the_tables_computed_directly(self) -> None:
+        """The demo's pipeline run record at a time (4 partitions, Spark's
+        routing) over the generated changelogs: its two materialised outputs
+        equal revenue per segment and the top 5 customers computed directly
+        from the final orders and customers."""
+        config = DemoConfig(batches=3, orders_per_batch=400, customers=40, seed=3)
+        pipeline, segments, top = build_pipeline(ORDERS, CUSTOMERS)
+        outputs: dict[str, list[dict[str, Any]]] = {segments.name: [], top.name: []}
+        orders: dict[int, tuple[str, int]] = {}
+        customers: dict[str, str] = {}
+        with PipelineHarness(pipeline, 4) as harness:
+            for order_changes, customer_changes in generate(config):
+                out = harness.run_batch({"orders": order_changes, "customers": customer_changes})
+                for name, rows in outputs.items():
+                    rows.extend(out[name].to_pylist())
+                for c in customer_changes.to_pylist():
+                    if c["row_kind"] in ("+I", "+U"):
+                        customers[c["customer"]] = c["segment"]
+                for o in order_changes.to_pylist():
+                    if o["row_kind"] in ("+I", "+U"):
+                        orders[o["order_id"]] = (o["customer"], o["amount"])
+                    else:
+                        del orders[o["order_id"]]
+        per_segment: dict[str, tuple[int, int]] = {}
+        per_customer: dict[str, tuple[int, int]] = {}
+        for customer, amount in orders.values():
+            if customer not in customers:
+                continue
+            for table, key in ((per_segment, customers[customer]), (per_customer, customer)):
+                count, total = table.get(key, (0, 0))
+                table[key] = (count + 1, total + amount)
+        ranked = sorted(per_customer.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
+        assert materialise(outputs[segments.name], ["c_segment", "orders", "revenue"]) == sorted(
+            (s, n, r) for s, (n, r) in per_segment.items()
+        )
+        assert materialise(
+            outputs[top.name], ["o_currency", "c_customer", "c_segment", "orders", "revenue"]
+        ) == sorted(("USD", c, customers[c], n, r) for c, (n, r) in ranked)

@@ -60,7 +60,7 @@ class TestBuildErrors:
 
     def test_arity_names_and_completeness(self) -> None:
         """Wrong input counts, a stage name used twice, an output that is not a
-        stage, and a source no stage reads are each refused."""
+        stage or is given twice, and a source no stage reads are each refused."""
         pipeline = Pipeline()
         stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
         with pytest.raises(InputError, match="takes 1 input"):
@@ -68,11 +68,24 @@ class TestBuildErrors:
         first = pipeline.stage(RunningAggregate(), stream, keys=["key"])
         with pytest.raises(InputError, match="named 'running_aggregate' already"):
             pipeline.stage(RunningAggregate(), stream, keys=["key"])
-        with pytest.raises(InputError, match="must be one of its stages"):
-            pipeline.check_complete(stream)
+        with pytest.raises(InputError, match="must be its stages' streams"):
+            pipeline.check_complete([stream])
+        with pytest.raises(InputError, match="as an output twice"):
+            pipeline.check_complete([first, first])
         pipeline.source(pa.schema([("x", pa.int64())]), "unused")
         with pytest.raises(InputError, match="'unused' is read by no stage"):
-            pipeline.check_complete(first)
+            pipeline.check_complete([first])
+
+    def test_every_stage_feeds_a_stage_or_is_an_output(self) -> None:
+        """A stage read by no later stage must be one of the outputs; with
+        several outputs, each such stage may be one."""
+        pipeline = Pipeline()
+        stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
+        first = pipeline.stage(RunningAggregate(), stream, keys=["key"])
+        second = pipeline.stage(RunningAggregate(name="second"), stream, keys=["key"])
+        with pytest.raises(InputError, match="'second' goes nowhere"):
+            pipeline.check_complete([first])
+        pipeline.check_complete([first, second])
 
     def test_event_time_and_sequence_columns(self) -> None:
         """A watermark on a missing column and a sequence column that is not

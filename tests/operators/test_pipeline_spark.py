@@ -135,6 +135,53 @@ class TestTwoStages:
         ).awaitTermination()
         assert _per_batch(spark, second_sink) == got
 
+    def test_more_outputs_each_get_their_stages_rows(self, spark: Any, tmp_path: Path) -> None:
+        """more_outputs: the join stage's rows (read by a later stage too) go
+        to a sink of their own beside the revenue stage's, both batch for
+        batch equal to the harness run of the stages, committed with the
+        batch; numOutputRows counts both outputs."""
+        work = changes(seed=11, batches=3)
+        write_changes(tmp_path, work)
+        orders_frame, customers_frame = streams(spark, tmp_path)
+        pipeline = Pipeline()
+        orders = pipeline.source(orders_frame, "orders", sequence="seq")
+        customers = pipeline.source(customers_frame, "customers", sequence="seq")
+        joined, revenue = build(pipeline, orders, customers)
+        revenue_sink = ParquetSink(str(tmp_path / "revenue"))
+        join_sink = ParquetSink(str(tmp_path / "joined"))
+        query = pipeline.start(
+            revenue,
+            revenue_sink,
+            str(tmp_path / "checkpoint"),
+            3,
+            trigger={"availableNow": True},
+            more_outputs=[(joined, join_sink)],
+        )
+        query.awaitTermination()
+        got = _per_batch(spark, revenue_sink)
+        assert got == _harness(work)
+        harness = Pipeline()
+        built = build(
+            harness,
+            harness.source(ORDERS.append(KINDS), "orders", sequence="seq"),
+            harness.source(CUSTOMERS.append(KINDS), "customers", sequence="seq"),
+        )
+        columns = list(built[0].schema.names)
+        want = []
+        with PipelineHarness(harness, 3) as run_by_harness:
+            for o, c in work:
+                rows = run_by_harness.run_batch({"orders": o, "customers": c})["join"].to_pylist()
+                want.append(Counter((*(r[k] for k in columns), r["row_kind"]) for r in rows))
+        joined_rows = join_sink.read(spark).collect()
+        assert [
+            Counter(
+                (*(r[k] for k in columns), r["row_kind"]) for r in joined_rows if r["batch"] == b
+            )
+            for b in range(len(work))
+        ] == want
+        last = query.history[-1]["metrics"]
+        assert last["numOutputRows"] == sum(got[-1].values()) + sum(want[-1].values())
+
     def test_state_metrics_reach_progress_and_a_listener(self, spark: Any, tmp_path: Path) -> None:
         """Each stage's state metrics under Spark's names are in the query's
         lastProgress.stateOperators and reach a StreamingQueryListener through

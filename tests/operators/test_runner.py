@@ -11,11 +11,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _orders_changelog import ORDERS, generate, reference
 
 from operators._runner import _without_adaptive_execution, run_operator
 from operators._sinks import ParquetSink
 from operators._task import state_tables
-from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
+from operators.demo import write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import PartitionCheckpoint, StateStore
@@ -72,7 +73,7 @@ def _per_batch(spark: Any, sink: ParquetSink) -> list[Counter[tuple[Any, ...]]]:
 @pytest.fixture(scope="module")
 def small() -> list[pa.Table]:
     """Three batches of a small orders changelog."""
-    return generate(DemoConfig(batches=3, orders_per_batch=300, customers=25, seed=3))
+    return generate(batches=3, orders_per_batch=300, customers=25, seed=3)
 
 
 class TestRunner:
