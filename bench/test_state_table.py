@@ -81,6 +81,37 @@ def test_raw_write_batch(
     pedantic(benchmark, RawStore.write, setup=lambda: ((opener.raw(), keys, values), {}), rounds=5)
 
 
+@pytest.mark.benchmark(group="insert + commit")
+def test_raw_write_read_once(
+    benchmark: BenchmarkFixture, opener: Opener, epoch_batch: pa.RecordBatch
+) -> None:
+    """Raw: one multi-get of the 10,000 keys, then one WriteBatch of the pairs
+    (the reads of relaxed mode's commit and of a strict insert_batch)."""
+    keys = KeyCodec(SCHEMA).encode_batch(epoch_batch)
+    values = RowCodec(SCHEMA).encode_batch(epoch_batch)
+    pedantic(
+        benchmark,
+        RawStore.write_read_once,
+        setup=lambda: ((opener.raw(), keys, values), {}),
+        rounds=5,
+    )
+
+
+@pytest.mark.benchmark(group="insert + commit")
+def test_raw_put_each_read(
+    benchmark: BenchmarkFixture, opener: Opener, epoch_batch: pa.RecordBatch
+) -> None:
+    """Raw: a get before each of 10,000 puts, then one write (a strict insert's reads)."""
+    keys = KeyCodec(SCHEMA).encode_batch(epoch_batch)
+    values = RowCodec(SCHEMA).encode_batch(epoch_batch)
+    pedantic(
+        benchmark,
+        RawStore.put_each_read,
+        setup=lambda: ((opener.raw(), keys, values), {}),
+        rounds=5,
+    )
+
+
 @pytest.mark.benchmark(group="get_row")
 def test_get_row(
     benchmark: BenchmarkFixture, reader: StateTable, key_chunks: list[list[tuple[int, int]]]
@@ -130,6 +161,6 @@ def test_scan(
 def test_raw_scan(
     benchmark: BenchmarkFixture, raw_loaded: RawStore, prefix_chunks: list[list[tuple[int]]]
 ) -> None:
-    """Raw: a bounded items() iteration under each of the same 100 prefixes."""
+    """Raw: one iterator seeking to each of the same 100 prefixes in turn."""
     chunk = cycling(_raw_keys(prefix_chunks))
     benchmark(lambda: raw_loaded.scan_each(chunk()))

@@ -441,8 +441,8 @@ def _committed(
     errors = sorted((m["partition"], m["error"]) for m in metas if "error" in m)
     if errors:
         raise InputError(
-            f"batch {batch_id}, stage {stage!r}, partition {errors[0][0]}: {errors[0][1]}. "
-            "Nothing of this batch was recorded"
+            f"batch {batch_id}, stage {stage!r}, partition {errors[0][0]}: {errors[0][1]}; "
+            "nothing of this batch was recorded"
         )
     got = sorted(m["partition"] for m in metas)
     if got != list(range(partitions)):

@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import TableSchema
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
 from operators._pipeline_harness import PipelineHarness
@@ -23,11 +22,10 @@ from operators._task import BatchRun, state_metrics, state_tables
 from operators.errors import InputError
 from statestore import (
     ConsistencyMode,
-    MemoryBackend,
+    MemoryStateStore,
     StateStore,
     StateTable,
     StoreConfig,
-    VersionNotFoundError,
 )
 
 __all__ = ["Emitted", "OperatorHarness", "PipelineHarness"]
@@ -36,62 +34,12 @@ __all__ = ["Emitted", "OperatorHarness", "PipelineHarness"]
 Emitted = tuple[RowKind, tuple[Any, ...]]
 
 
-class _MemoryState:
-    """Tables on one in-memory backend; each committed version kept as a copy."""
-
-    def __init__(self, schemas: Sequence[TableSchema], consistency: ConsistencyMode) -> None:
-        self._schemas = schemas
-        self._consistency = consistency
-        self._versions: dict[int, MemoryBackend] = {}
-        self._open(MemoryBackend())
-
-    def _open(self, backend: MemoryBackend) -> None:
-        self.backend = backend
-        self.tables = {s.name: StateTable(s, backend, self._consistency) for s in self._schemas}
-
-    def commit(self, version: int) -> None:
-        ops: list[Any] = []
-        ranges: list[tuple[bytes, bytes]] = []
-        for t in self.tables.values():
-            t_ops, t_ranges = t.prepare_commit(version)
-            ops.extend(t_ops)
-            ranges.extend(t_ranges)
-        self.backend.write(ops, ranges)
-        for t in self.tables.values():
-            t.finish_commit(version)
-        self._versions[version] = self.backend.copy()
-
-    def load(self, version: int | None) -> None:
-        if version is None:
-            self._open(MemoryBackend())
-            return
-        if version not in self._versions:
-            raise VersionNotFoundError(
-                f"version {version} was never committed in this harness; committed: "
-                f"{sorted(self._versions)}",
-                version,
-            )
-        self._open(self._versions[version].copy())
-
-    def close(self) -> None:
-        self.backend.close()
-
-
 class _StoreState:
-    """Tables in a real :class:`StateStore` with its checkpoint on local disk."""
+    """Tables in a state store: in memory, or a real :class:`StateStore` with
+    its checkpoint on local disk."""
 
-    def __init__(
-        self,
-        schemas: Sequence[TableSchema],
-        consistency: ConsistencyMode,
-        operator_id: str,
-        partition_id: int,
-        path: Path,
-    ) -> None:
-        config = StoreConfig(local_dir=str(path / "local"), snapshot_interval=3)
-        self.store = StateStore(
-            str(path / "checkpoint"), operator_id, partition_id, schemas, config, consistency
-        )
+    def __init__(self, store: StateStore | MemoryStateStore) -> None:
+        self.store = store
         self.store.load(None)
         self._commit_ids: dict[int, str] = {}
 
@@ -135,14 +83,22 @@ class OperatorHarness:
         schemas = state_tables(operator)
         mode = ConsistencyMode(operator.consistency if consistency is None else consistency)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._state: _MemoryState | _StoreState
+        self._state: _StoreState
         if backend == "memory":
-            self._state = _MemoryState(schemas, mode)
+            self._state = _StoreState(
+                StateStore.in_memory(operator.name, partition_id, schemas, mode)
+            )
         elif backend == "rocksdb":
             if path is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="relstate-harness-")
                 path = self._tmp.name
-            self._state = _StoreState(schemas, mode, operator.name, partition_id, Path(path))
+            root = Path(path)
+            config = StoreConfig(local_dir=str(root / "local"), snapshot_interval=3)
+            self._state = _StoreState(
+                StateStore(
+                    str(root / "checkpoint"), operator.name, partition_id, schemas, config, mode
+                )
+            )
         else:
             raise ValueError(f"backend must be 'memory' or 'rocksdb', got {backend!r}")
         #: The id of the batch in progress (the version its commit makes).

@@ -17,6 +17,7 @@ from statestore._log import (
 )
 from statestore._manifest import Manifest
 from statestore._memory import MemoryBackend
+from statestore._memory_store import MemoryStateStore
 from statestore._memtable import KeyOp, MemTable, OpKind
 from statestore._metadata import TableMeta
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
@@ -65,6 +66,7 @@ __all__ = [
     "Manifest",
     "MemTable",
     "MemoryBackend",
+    "MemoryStateStore",
     "OpKind",
     "PartitionCheckpoint",
     "RocksDBBackend",

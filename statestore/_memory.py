@@ -4,6 +4,7 @@ backend for state that need not survive the process."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import islice
 
 from sortedcontainers import SortedDict
 
@@ -67,6 +68,15 @@ class MemoryBackend:
     def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
         data = self._live()
         return [data[k] for k in data.irange(lower, upper, inclusive=(True, False))]
+
+    def read_short(self, lower: bytes, upper: bytes | None, limit: int) -> list[bytes] | None:
+        """The values with ``lower <= key < upper``, ascending, if there are at
+        most ``limit``; ``None`` if there are more."""
+        data = self._live()
+        keys = list(islice(data.irange(lower, upper, inclusive=(True, False)), limit + 1))
+        if len(keys) > limit:
+            return None
+        return [data[k] for k in keys]
 
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         data = self._live()

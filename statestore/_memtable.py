@@ -7,7 +7,7 @@ table writes them as they are and a strict-mode check compares bytes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -68,15 +68,18 @@ class MemTable:
     delete.
     """
 
-    __slots__ = ("_blind", "_new", "_old", "_sorted", "deletes", "inserts")
+    __slots__ = ("_blind", "_new", "_old", "_sorted", "_unsorted", "deletes", "inserts")
 
     def __init__(self, blind_inserts: bool = False) -> None:
         self._blind = blind_inserts
         self._new: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes] = {}
-        # Built on the first ordered read of the epoch, then kept up to date, so
-        # that an epoch of writes alone never pays for ordering.
+        # Built on the first ordered read of the epoch, so that an epoch of
+        # writes alone never pays for ordering; keys new since the last ordered
+        # read wait in ``_unsorted`` and join it at the next one, so that
+        # writes after the epoch's last read never pay either.
         self._sorted: SortedList | None = None
+        self._unsorted: list[bytes] = []
         #: Keys whose net operation is an Insert / a Delete, kept as operations
         #: merge, so the epoch's effect on the row count needs no pass.
         self.inserts = 0
@@ -114,20 +117,21 @@ class MemTable:
 
     def _add_key(self, key: bytes) -> None:
         if self._sorted is not None:
-            self._sorted.add(key)
+            self._unsorted.append(key)
 
     def _forget(self, key: bytes) -> None:
         del self._new[key]
         self._old.pop(key, None)
         if self._sorted is not None:
-            self._sorted.remove(key)
+            self._ordered().remove(key)
 
     def insert(self, key: bytes, new: bytes) -> bool:
         """Record an insert of ``new``; ``False`` if it was a conflict."""
         prev = self._new.get(key, UNTOUCHED)
         self._new[key] = new
         if prev is UNTOUCHED:
-            self._add_key(key)
+            if self._sorted is not None:
+                self._unsorted.append(key)
             self.inserts += 1
             return True
         if prev is None:  # Delete(a) + insert(v) = Update(a, v)
@@ -188,7 +192,7 @@ class MemTable:
             new.update(zip(keys, values, strict=True))
             self.inserts += len(keys)
             if self._sorted is not None:
-                self._sorted.update(keys)
+                self._unsorted.extend(keys)
             return []
         return [k for k, v in zip(keys, values, strict=True) if not self.insert(k, v)]
 
@@ -202,7 +206,7 @@ class MemTable:
             self._old.update(zip(keys, olds, strict=True))
             self.deletes += len(keys)
             if self._sorted is not None:
-                self._sorted.update(keys)
+                self._unsorted.extend(keys)
             return []
         return [k for k, v in zip(keys, olds, strict=True) if not self.delete(k, v)]
 
@@ -245,7 +249,17 @@ class MemTable:
     def _ordered(self) -> SortedList:
         if self._sorted is None:
             self._sorted = SortedList(self._new)
+        elif self._unsorted:
+            self._sorted.update(self._unsorted)
+            self._unsorted = []
         return self._sorted
+
+    def touches(self, lower: bytes, upper: bytes | None) -> bool:
+        """Whether the epoch has an operation with ``lower <= key < upper``."""
+        if not self._new:
+            return False
+        keys = self._ordered().irange(lower, upper, inclusive=(True, False))
+        return next(keys, None) is not None
 
     def range(
         self, lower: bytes, upper: bytes | None, reverse: bool = False
@@ -262,6 +276,22 @@ class MemTable:
         existed before the epoch (``False``: its net operation is an Insert)."""
         old = self._old
         return [(k, v, k in old) for k, v in self._new.items()]
+
+    def keys(self) -> list[bytes]:
+        """Every touched key, in no particular order."""
+        return list(self._new)
+
+    def existed(self) -> KeysView[bytes]:
+        """The touched keys that existed before the epoch (a live view)."""
+        return self._old.keys()
+
+    def tombstones(self) -> list[bytes]:
+        """The keys of tombstones (see the class docstring)."""
+        new = self._new
+        if None not in new.values():
+            return []
+        old = self._old
+        return [k for k, v in new.items() if v is None and k not in old]
 
     def writes(self) -> list[tuple[bytes, bytes | None]]:
         """Every key with its row after the epoch (``None``: delete it): the
@@ -281,4 +311,5 @@ class MemTable:
         self._new = {}
         self._old = {}
         self._sorted = None
+        self._unsorted = []
         self.inserts = self.deletes = 0

@@ -163,6 +163,11 @@ class RocksDBBackend:
         self._write_opts = rocksdict.WriteOptions()
         # A property at run time, though rocksdict's stubs call it a method.
         self._write_opts.disable_wal = self.config.disable_wal  # type: ignore[method-assign, assignment]
+        # One iterator that short reads seek, rather than an iterator (and its
+        # read options) built per read. It sees the database as it was when
+        # made, so every write (and close) drops it.
+        self._iter: rocksdict.RdictIter | None = None
+        self._iter_opts = rocksdict.ReadOptions()
 
     def _live(self) -> rocksdict.Rdict:
         if self._db is None:
@@ -200,6 +205,7 @@ class RocksDBBackend:
         range_deletes: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         db = self._live()
+        self._iter = None
         batch = rocksdict.WriteBatch(raw_mode=True)
         for start, end in range_deletes:
             batch.delete_range(start, end)
@@ -251,6 +257,33 @@ class RocksDBBackend:
     def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
         return _read_all(self._live().values, lower, upper, self.path)
 
+    def read_short(self, lower: bytes, upper: bytes | None, limit: int) -> list[bytes] | None:
+        """The values with ``lower <= key < upper``, ascending, if there are at
+        most ``limit``; ``None`` if there are more. One seek of the backend's
+        reused iterator: for the many short scans of an operator (one per
+        join key), where building an iterator is a large part of the read."""
+        it = self._iter
+        try:
+            if it is None:
+                it = self._iter = self._live().iter(self._iter_opts)
+            it.seek(lower)
+            valid, key, value, step = it.valid, it.key, it.value, it.next
+            out: list[bytes] = []
+            while valid():
+                if upper is not None and key() >= upper:
+                    return out
+                if len(out) == limit:
+                    return None
+                out.append(value())
+                step()
+            it.status()  # raises if the iterator stopped on an error
+            return out
+        except BackendError:
+            raise
+        except Exception as exc:  # rocksdict raises bare Exception
+            self._iter = None
+            _raise_typed(exc, "iterate", self.path)
+
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         db = self._live()
         return _bounded(db.keys, lower, upper, self.path)
@@ -259,6 +292,7 @@ class RocksDBBackend:
         """Write a consistent RocksDB checkpoint (hard-linked SST files) to
         ``directory``, which must not exist yet."""
         db = self._live()
+        self._iter = None
         with _wrapped("checkpoint", self.path):
             db.flush()
             rocksdict.Checkpoint(db).create_checkpoint(str(directory))
@@ -267,6 +301,7 @@ class RocksDBBackend:
         """Write the memtables to SST files (the WAL is off: this is what makes
         the local directory hold every write after a close)."""
         db = self._live()
+        self._iter = None
         with _wrapped("flush", self.path):
             db.flush()
 
@@ -284,6 +319,7 @@ class RocksDBBackend:
         if self._db is None:
             return
         db, self._db = self._db, None
+        self._iter = None  # an open iterator would keep the database open
         with _wrapped("close", self.path):
             db.close()
 

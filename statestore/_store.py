@@ -37,9 +37,10 @@ from statestore._faults import fault
 from statestore._local import LocalDir
 from statestore._log import get_logger
 from statestore._manifest import ChangelogRef, CommitRef, Manifest, SnapshotRef
+from statestore._memory_store import MemoryStateStore
 from statestore._metadata import TableMeta, check_compatible
 from statestore._rocksdb import RocksDBBackend
-from statestore._table import ConsistencyMode, StateTable
+from statestore._table import ConsistencyMode, StateTable, check_tables, prepare_tables
 from statestore._transfer import (
     ChecksumCache,
     Transfers,
@@ -80,7 +81,7 @@ class StateStore:
         self.config = config or StoreConfig()
         self.checkpoint = PartitionCheckpoint(location, operator_id, partition_id, filesystem)
         self.consistency = ConsistencyMode(consistency)
-        self._schemas = _check_tables(tables)
+        self._schemas = check_tables(tables)
         self._metas = tuple(TableMeta.of(s) for s in self._schemas.values())
         self._log = get_logger(__name__, operator=operator_id, partition=partition_id)
         self._local = LocalDir(
@@ -106,6 +107,18 @@ class StateStore:
         #: any, the local database is ahead of the checkpoint too.
         self._spills: list[Path] = []
         self._closed = False
+
+    @staticmethod
+    def in_memory(
+        operator_id: str,
+        partition_id: int,
+        tables: Sequence[TableSchema],
+        consistency: ConsistencyMode | str = ConsistencyMode.STRICT,
+    ) -> MemoryStateStore:
+        """A store with this interface whose tables live in a memory backend,
+        every committed version kept in memory, no checkpoint written: for
+        tests and the record-at-a-time harness."""
+        return MemoryStateStore(operator_id, partition_id, tables, consistency)
 
     # -- accessors ----------------------------------------------------------------------
 
@@ -497,23 +510,7 @@ class StateStore:
         self._local.clear_spills()
 
     def _prepare(self, version: int) -> tuple[list[Any], list[tuple[bytes, bytes]], int, int]:
-        """Every table's commit batch, concatenated, and the rows updated and
-        removed (Spark's numUpdatedStateRows / numRemovedStateRows)."""
-        ops: list[Any] = []
-        ranges: list[tuple[bytes, bytes]] = []
-        updated = removed = 0
-        for table in self._tables.values():
-            table_ops, table_ranges = table.prepare_commit(version)
-            ops.extend(table_ops)
-            ranges.extend(table_ranges)
-            m = table.metrics
-            updated += m.inserted + m.updated
-            removed += m.deleted + m.removed_by_range
-        # In key order RocksDB takes a batch several times faster (its
-        # MemTable inserts find their place near the last one), and so does a
-        # replay of the changelog. Keys are distinct, tables' ids apart.
-        ops.sort(key=itemgetter(0))
-        return ops, ranges, updated, removed
+        return prepare_tables(self._tables.values(), version)
 
     def _manifest(
         self,
@@ -632,19 +629,3 @@ def _applied(target: Manifest, local: CommitRef | None) -> int | None:
         if ref.commit == local:
             applied = i + 1
     return applied
-
-
-def _check_tables(tables: Sequence[TableSchema]) -> dict[str, TableSchema]:
-    out: dict[str, TableSchema] = {}
-    ids: set[int] = set()
-    for schema in tables:
-        if not isinstance(schema, TableSchema):
-            raise TypeError(f"tables must be TableSchema objects, got {schema!r}")
-        if schema.name in out or schema.table_id in ids:
-            raise ValueError(
-                f"table {schema.name!r} (id {schema.table_id}): every table of a store "
-                "needs its own name and table id"
-            )
-        out[schema.name] = schema
-        ids.add(schema.table_id)
-    return out

@@ -17,20 +17,26 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import (
-    CellCodec,
     EncodingError,
     KeyCodec,
     RowCodec,
     TableSchema,
-    ValueLayout,
     prefix_successor,
 )
 from statestore._log import get_logger
 from statestore._memtable import UNTOUCHED, KeyOp, MemTable, OpKind
 from statestore._typing import KVBackend, WriteOp
+from statestore._values import TableValues, values_of
 from statestore.errors import EpochError, InconsistencyError
 
-__all__ = ["ConsistencyMode", "StateTable", "TableMetrics", "meta_key"]
+__all__ = [
+    "ConsistencyMode",
+    "StateTable",
+    "TableMetrics",
+    "check_tables",
+    "meta_key",
+    "prepare_tables",
+]
 
 Row = tuple[Any, ...]
 
@@ -104,15 +110,18 @@ class StateTable:
         self.consistency = ConsistencyMode(consistency)
         self.keys = KeyCodec(schema)
         self.rows = RowCodec(schema)
-        self._cells = CellCodec(schema) if schema.layout is ValueLayout.CELL else None
-        # Every cell a row may have: one per value column, and the marker cell of
-        # a row written while the table had no value columns.
-        self._suffixes = (*(i.to_bytes(2, "big") for i in schema.value_indices), b"\xff\xff")
+        #: How rows lie in the backend (row or cell layout), chosen once.
+        self.values: TableValues = values_of(schema, backend, self.rows, self.keys)
+        self._encode = self.rows.encode
+        self._decode = self.rows.decode
+        self._encode_key = self.keys.encode
+        self._get = self.values.get
         self._log = (logger or get_logger(__name__)).bind(table=schema.name)
         self._strict = self.consistency is ConsistencyMode.STRICT
         self._verify_at_commit = self.consistency is ConsistencyMode.RELAXED
         self._n_key = len(schema.primary_key)
         self._key_indices = schema.key_indices
+        self._key_of: Callable[[Sequence[Any]], Sequence[Any]] = _getter(schema.key_indices)
         self._prefix = schema.prefix
         self._upper = prefix_successor(self._prefix)
         self._meta_key = meta_key(schema.table_id)
@@ -169,89 +178,63 @@ class StateTable:
         return self.keys.encode(pk)
 
     def _row_key(self, row: Sequence[Any]) -> bytes:
-        return self.keys.encode([row[i] for i in self._key_indices])
+        return self._encode_key(self._key_of(row))
 
     def _in_range_delete(self, key: bytes) -> bool:
         return any(lo <= key < hi for lo, hi in self._range_deletes)
 
     # -- reads from storage ----------------------------------------------------------
 
-    def _stored(self, key: bytes) -> Row | bytes | None:
-        """The committed row at ``key``: row-layout bytes, or a tuple for the
-        cell layout; ``None`` if absent or removed by a pending range delete."""
+    def _stored(self, key: bytes) -> bytes | None:
+        """The committed row at ``key`` (row-layout bytes); ``None`` if absent
+        or removed by a pending range delete."""
         if self._range_deletes and self._in_range_delete(key):
             return None
-        if self._cells is None:
-            return self.backend.get(key)
-        suffixes = self._suffixes
-        values = self.backend.multi_get([key + s for s in suffixes])
-        return self._cells_row(key, zip(suffixes, values, strict=True))
+        return self.values.get(key)
 
-    def _stored_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
-        if self._cells is None:
-            found: list[Row | bytes | None] = list(self.backend.multi_get(keys))
-        else:
-            suffixes = self._suffixes
-            n = len(suffixes)
-            flat = self.backend.multi_get([k + s for k in keys for s in suffixes])
-            found = [
-                self._cells_row(k, zip(suffixes, flat[i * n : (i + 1) * n], strict=True))
-                for i, k in enumerate(keys)
-            ]
+    def _stored_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        found = self.values.get_many(keys)
         if self._range_deletes:
             found = [
                 None if self._in_range_delete(k) else v for k, v in zip(keys, found, strict=True)
             ]
         return found
 
-    def _cells_row(self, key: bytes, cells: Iterable[tuple[bytes, bytes | None]]) -> Row | None:
-        assert self._cells is not None
-        present = [(s, v) for s, v in cells if v is not None]
-        if not present:
-            return None
-        return self._cells.decode(self.keys.decode(key), present)
-
-    def _current(self, key: bytes) -> Row | bytes | None:
+    def _current(self, key: bytes) -> bytes | None:
         """The row at ``key`` as the epoch sees it (MemTable over storage)."""
         found = self._mem.lookup(key)
-        if found is UNTOUCHED:
-            return self._stored(key)
-        return found  # type: ignore[return-value]
+        if found is not UNTOUCHED:
+            return found  # type: ignore[return-value]
+        if self._range_deletes and self._in_range_delete(key):
+            return None
+        return self._get(key)
 
-    def _as_row(self, value: Row | bytes) -> Row:
-        return self.rows.decode(value) if isinstance(value, bytes) else value
-
-    def _as_bytes(self, value: Row | bytes) -> bytes:
-        return value if isinstance(value, bytes) else self.rows.encode(value)
-
-    def _same_row(self, current: Row | bytes, expected: bytes) -> bool:
+    def _same_row(self, current: bytes, expected: bytes) -> bool:
         """Whether a stored row equals ``expected`` (row-layout bytes).
 
         A value written by an older schema has fewer columns, so unequal bytes
         are compared again after decoding under the current schema.
         """
-        if isinstance(current, bytes):
-            if current == expected:
-                return True
-            current = self.rows.decode(current)
-        return self.rows.encode(current) == expected
+        return current == expected or self._encode(self._decode(current)) == expected
 
     # -- point reads ---------------------------------------------------------------
 
     def get_row(self, pk: Sequence[Any]) -> Row | None:
         """The row with primary key ``pk``, or ``None``."""
-        value = self._current(self._pk(pk))
-        if value is None:
-            return None
-        return self.rows.decode(value) if isinstance(value, bytes) else value
+        if len(pk) != self._n_key:
+            self._pk(pk)  # raises, naming the key
+        key = self._encode_key(pk)
+        value = self._mem.lookup(key)
+        if value is UNTOUCHED:
+            value = self._stored(key) if self._range_deletes else self._get(key)
+        return None if value is None else self._decode(value)  # type: ignore[arg-type]
 
     def get_rows(self, pks: Sequence[Sequence[Any]]) -> list[Row | None]:
         """The rows with primary keys ``pks``, in order: one multi-get for the
         keys the MemTable does not answer."""
         keys = [self._pk(pk) for pk in pks]
-        out = self._current_many(keys)
-        decode = self.rows.decode
-        return [None if v is None else (decode(v) if isinstance(v, bytes) else v) for v in out]
+        decode = self._decode
+        return [None if v is None else decode(v) for v in self._current_many(keys)]
 
     # -- scans ----------------------------------------------------------------------
 
@@ -288,17 +271,25 @@ class StateTable:
 
         ``start`` (included) and ``end`` (excluded) bound the next key columns
         after the prefix; ``reverse=True`` walks from the end. The MemTable's
-        operations are merged over storage as two ordered streams.
+        operations are merged over storage as two ordered streams. A short
+        range that the epoch has not touched is read at once, through the
+        backend's reused iterator (the common scan of one join key).
         """
-        lower, upper = self._bounds(prefix, start, end)
-        decode = self.rows.decode
-        if not self._mem and not self._range_deletes and self._cells is None:
-            # Nothing to merge: the stored values are the rows.
-            for _, raw in self.backend.items(lower, upper, reverse):
-                yield decode(raw)
-            return
+        if start is None and end is None and 0 < len(prefix) <= self._n_key:
+            lower = self._encode_key(prefix)
+            upper = prefix_successor(lower)
+        else:
+            lower, upper = self._bounds(prefix, start, end)
+        if not reverse and not self._range_deletes and not self._mem.touches(lower, upper):
+            short = self.values.read_short(lower, upper)
+            if short is not None:
+                return map(self._decode, short)
+        return self._scan(lower, upper, reverse)
+
+    def _scan(self, lower: bytes, upper: bytes | None, reverse: bool) -> Iterator[Row]:
+        decode = self._decode
         for _, value in self._merged(lower, upper, reverse):
-            yield decode(value) if isinstance(value, bytes) else value
+            yield decode(value)
 
     def scan_batch(
         self,
@@ -309,7 +300,7 @@ class StateTable:
     ) -> pa.RecordBatch:
         """The rows :meth:`scan` yields, as one Arrow record batch."""
         lower, upper = self._bounds(prefix, start, end)
-        return self._values_batch(self._merged_values(lower, upper, reverse))
+        return self.rows.decode_batch(self._merged_values(lower, upper, reverse))
 
     def scan_ranges(
         self,
@@ -318,71 +309,44 @@ class StateTable:
         """The rows of many scans, each ``(prefix, start, end)`` as in
         :meth:`scan`, one after another as one Arrow record batch: many short
         scans (one per join key, say) decode once, not once each."""
-        values: list[Row | bytes] = []
+        values: list[bytes] = []
         for prefix, start, end in ranges:
             lower, upper = self._bounds(prefix, start, end)
             values.extend(self._merged_values(lower, upper, False))
-        return self._values_batch(values)
-
-    def _values_batch(self, values: list[Row | bytes]) -> pa.RecordBatch:
-        """Stored values (row-layout bytes, or the cell layout's tuples) as a batch."""
-        if self._cells is not None:
-            return self._rows_batch([self._as_row(v) for v in values])
-        return self.rows.decode_batch(values)  # type: ignore[arg-type]
+        return self.rows.decode_batch(values)
 
     def _storage(
         self, lower: bytes, upper: bytes | None, reverse: bool
-    ) -> Iterator[tuple[bytes, Row | bytes]]:
-        items = self.backend.items(lower, upper, reverse)
-        if self._range_deletes:
-            items = ((k, v) for k, v in items if not self._in_range_delete(k))
-        if self._cells is None:
-            return items
-        return self._group_cells(items, reverse)
+    ) -> Iterator[tuple[bytes, bytes]]:
+        keep = self._not_range_deleted if self._range_deletes else None
+        return self.values.items(lower, upper, reverse, keep)
 
-    def _group_cells(
-        self, items: Iterator[tuple[bytes, bytes]], reverse: bool
-    ) -> Iterator[tuple[bytes, Row]]:
-        cut = -self._cells.suffix_len if self._cells else 0
-        row_key: bytes | None = None
-        cells: list[tuple[bytes, bytes]] = []
-        for key, value in items:
-            rk = key[:cut]
-            if rk != row_key:
-                if row_key is not None:
-                    row = self._cells_row(row_key, cells)
-                    if row is not None:
-                        yield row_key, row
-                row_key, cells = rk, []
-            cells.append((key[cut:], value))
-        if row_key is not None:
-            row = self._cells_row(row_key, cells)
-            if row is not None:
-                yield row_key, row
+    def _not_range_deleted(self, key: bytes) -> bool:
+        return not self._in_range_delete(key)
 
-    def _merged_values(self, lower: bytes, upper: bytes | None, reverse: bool) -> list[Row | bytes]:
-        """The values :meth:`_merged` yields, as a list, for the row layout
-        without a Python step per row: storage is read in one call, and a
-        MemTable range is merged in C (a dict of storage's pairs updated by
-        the MemTable's, sorted: two presorted runs, one merge pass)."""
-        if self._cells is not None:
-            return [v for _, v in self._merged(lower, upper, reverse)]
+    def _merged_values(self, lower: bytes, upper: bytes | None, reverse: bool) -> list[bytes]:
+        """The values :meth:`_merged` yields, as a list, without a Python step
+        per row: storage is read in one call (a short range through the
+        backend's reused iterator), and a MemTable range is merged in C (a
+        dict of storage's pairs updated by the MemTable's, sorted: two
+        presorted runs, one merge pass)."""
         pending = self._mem.range(lower, upper, reverse) if self._mem else []
         if not pending and not self._range_deletes and not reverse:
-            return self.backend.read_values(lower, upper)  # type: ignore[return-value]
-        stored = self.backend.read_range(lower, upper, reverse)
+            short = self.values.read_short(lower, upper)
+            return self.values.read_values(lower, upper) if short is None else short
+        stored = self.values.read_range(lower, upper, reverse)
         if self._range_deletes:
             stored = [(k, v) for k, v in stored if not self._in_range_delete(k)]
         if not pending:
             return [v for _, v in stored]
-        rows: dict[bytes, Row | bytes | None] = dict(stored)
+        rows: dict[bytes, bytes | None] = dict(stored)
         rows.update(pending)
         ordered = sorted(rows.items(), key=itemgetter(0), reverse=reverse)
         return [v for _, v in ordered if v is not None]
 
     def _merged(
         self, lower: bytes, upper: bytes | None, reverse: bool
-    ) -> Iterator[tuple[bytes, Row | bytes]]:
+    ) -> Iterator[tuple[bytes, bytes]]:
         """Merge the MemTable's range over storage's: equal keys take the
         MemTable's row, or nothing when it deleted the key."""
         storage = self._storage(lower, upper, reverse)
@@ -421,19 +385,20 @@ class StateTable:
 
     def insert(self, row: Sequence[Any]) -> None:
         """Insert ``row``; in strict mode its key must not exist."""
-        value = self.rows.encode(row)
-        key = self._row_key(row)
+        value = self._encode(row)
+        key = self._encode_key(self._key_of(row))
         if self._strict and self._current(key) is not None:
             raise self._inconsistent("insert over an existing row; use update", key)
         if not self._mem.insert(key, value):
             self._relaxed("insert over a row inserted in this epoch", key)
         self.metrics.inserted += 1
-        self._maybe_spill()
+        if self.spill_at is not None:
+            self._maybe_spill()
 
     def delete(self, row: Sequence[Any]) -> None:
         """Delete ``row``; in strict mode it must be the stored row."""
-        value = self.rows.encode(row)
-        key = self._row_key(row)
+        value = self._encode(row)
+        key = self._encode_key(self._key_of(row))
         if self._strict:
             self._check_old(key, value, "delete")
         if not self._mem.delete(key, value):
@@ -444,8 +409,8 @@ class StateTable:
     def update(self, old: Sequence[Any], new: Sequence[Any]) -> None:
         """Replace ``old`` by ``new`` (same primary key); in strict mode ``old``
         must be the stored row."""
-        old_value = self.rows.encode(old)
-        new_value = self.rows.encode(new)
+        old_value = self._encode(old)
+        new_value = self._encode(new)
         key = self._row_key(new)
         if self._row_key(old) != key:
             raise EncodingError(
@@ -467,20 +432,20 @@ class StateTable:
         if not self._same_row(current, old):
             raise self._inconsistent(
                 f"{action} names old row {self.rows.decode(old)!r} but the table holds "
-                f"{self._as_row(current)!r}",
+                f"{self._decode(current)!r}",
                 key,
             )
 
     def upsert(self, row: Sequence[Any]) -> None:
         """Insert ``row``, or replace the row with its key (one read)."""
         key = self._row_key(row)
-        value = self.rows.encode(row)
+        value = self._encode(row)
         current = self._current(key)
         if current is None:
             self._mem.insert(key, value)
             self.metrics.inserted += 1
         else:
-            self._mem.update(key, self._as_bytes(current), value)
+            self._mem.update(key, current, value)
             self.metrics.updated += 1
         self._maybe_spill()
 
@@ -491,10 +456,10 @@ class StateTable:
         current = self._current(key)
         if current is None:
             return None
-        self._mem.delete(key, self._as_bytes(current))
+        self._mem.delete(key, current)
         self.metrics.deleted += 1
         self._maybe_spill()
-        return self._as_row(current)
+        return self._decode(current)
 
     # -- batch writes -------------------------------------------------------------
 
@@ -572,7 +537,7 @@ class StateTable:
         else:
             found = [(k, c) for k, c in self._with_current(keys) if c is not None]
             keys = [k for k, _ in found]
-            olds = [self._as_bytes(c) for _, c in found]
+            olds = [c for _, c in found]
         for key in self._mem.delete_many(keys, olds):
             self._relaxed("delete of a row deleted in this epoch", key)
         self.metrics.deleted += len(keys)
@@ -587,7 +552,7 @@ class StateTable:
         current = self._current_many(keys)
         found = [c for c in current if c is not None]
         mask = pa.array([c is not None for c in current], type=pa.bool_())
-        return self._values_batch(found), mask
+        return self.rows.decode_batch(found), mask
 
     def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
         """Whether a row is stored under each primary key of ``pks`` (key
@@ -595,7 +560,7 @@ class StateTable:
         answer, nothing decoded."""
         return [c is not None for c in self._current_many(self.keys.encode_batch(pks))]
 
-    def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, Row | bytes | None]]:
+    def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, bytes | None]]:
         return zip(keys, self._current_many(keys), strict=True)
 
     def _reject_twice(self, keys: Sequence[bytes], what: str) -> None:
@@ -604,22 +569,12 @@ class StateTable:
             dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
             raise self._inconsistent(what, dup)
 
-    def _current_or_missing(self, key: bytes, current: Row | bytes | None) -> bytes:
+    def _current_or_missing(self, key: bytes, current: bytes | None) -> bytes:
         if current is None:
             raise self._inconsistent("update of a missing row", key)
-        return self._as_bytes(current)
+        return current
 
-    def _rows_batch(self, rows: Sequence[Row]) -> pa.RecordBatch:
-        columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.schema.columns)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(list(c), type=f.type)
-                for c, f in zip(columns, self.schema.columns, strict=True)
-            ],
-            schema=self.schema.columns,
-        )
-
-    def _current_many(self, keys: Sequence[bytes]) -> list[Row | bytes | None]:
+    def _current_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """:meth:`_current` of many keys: one multi-get for those the MemTable
         has not touched."""
         lookup = self._mem.lookup
@@ -665,17 +620,8 @@ class StateTable:
         return pending + stored - shadowed
 
     def _count_stored(self, lower: bytes, upper: bytes) -> int:
-        keys = self.backend.keys(lower, upper)
-        if self._range_deletes:
-            keys = (k for k in keys if not self._in_range_delete(k))
-        if self._cells is None:
-            return sum(1 for _ in keys)
-        cut = -self._cells.suffix_len
-        count, last = 0, None
-        for k in keys:
-            if k[:cut] != last:
-                count, last = count + 1, k[:cut]
-        return count
+        keep = self._not_range_deleted if self._range_deletes else None
+        return self.values.count(lower, upper, keep)
 
     # -- commit ---------------------------------------------------------------------
 
@@ -701,13 +647,7 @@ class StateTable:
         in relaxed mode."""
         if self._verify_at_commit:
             self._verify_relaxed()
-        ops: list[WriteOp] = []
-        if self._cells is None:
-            ops.extend(self._mem.writes())
-        else:
-            for key, op in self._mem.items():
-                ops.extend(self._cell_ops(key, op))
-        return ops, list(self._range_deletes)
+        return self.values.writes(self._mem.writes()), list(self._range_deletes)
 
     def _maybe_spill(self) -> None:
         if (
@@ -732,45 +672,42 @@ class StateTable:
         self._range_deletes = []
         return ops, range_deletes
 
-    def _cell_ops(self, key: bytes, op: KeyOp) -> Iterator[WriteOp]:
-        assert self._cells is not None
-        if op.new is None:
-            # Every cell the row may have, written under any schema so far.
-            for suffix in self._suffixes:
-                yield key + suffix, None
-            return
-        for suffix, cell in self._cells.encode(self.rows.decode(op.new)):
-            yield key + suffix, cell
-
     def _verify_relaxed(self) -> None:
         """Turn the epoch's operations into ones that agree with storage, with
         one multi-get, so that the row count stays exact; log what disagreed.
-        Only the disagreements build operations."""
-        entries = self._mem.entries()
-        if not entries:
+        Only the disagreements are looked at one by one: the keys found
+        stored that the epoch took for new, those it took for stored that
+        are not, and the tombstones."""
+        mem = self._mem
+        keys = mem.keys()
+        if not keys:
             return
-        stored = self._stored_many([k for k, _, _ in entries])
-        for (key, new, existed), current in zip(entries, stored, strict=True):
-            if not existed and new is None:  # a tombstone: Insert + delete
+        stored = self._stored_many(keys)
+        present = {k for k, c in zip(keys, stored, strict=True) if c is not None}
+        existed = mem.existed()
+        suspects = present.symmetric_difference(existed)
+        suspects.update(mem.tombstones())
+        if not suspects:
+            return
+        current_of = dict(zip(keys, stored, strict=True))
+        for key in [k for k in keys if k in suspects]:
+            new: bytes | None = mem.lookup(key)  # type: ignore[assignment]
+            current = current_of[key]
+            if key not in existed and new is None:  # a tombstone: Insert + delete
                 if current is None:
-                    self._mem.replace(key, None)
+                    mem.replace(key, None)
                 else:
-                    old = self._as_bytes(current)
-                    self._mem.replace(key, KeyOp(OpKind.DELETE, old, None))
+                    mem.replace(key, KeyOp(OpKind.DELETE, current, None))
                     self._relaxed("insert over a committed row", key)
-                continue
-            if existed == (current is not None):
-                continue
-            if current is not None:  # an Insert over a committed row
+            elif current is not None:  # an Insert over a committed row
                 assert new is not None
-                old = self._as_bytes(current)
-                self._mem.replace(key, KeyOp(OpKind.UPDATE, old, new))
+                mem.replace(key, KeyOp(OpKind.UPDATE, current, new))
                 self._relaxed("insert over a committed row", key)
             elif new is None:  # a Delete of a row that is not committed
-                self._mem.replace(key, None)
+                mem.replace(key, None)
                 self._relaxed("delete of a row that is not committed", key)
             else:  # an Update of a row that is not committed
-                self._mem.replace(key, KeyOp(OpKind.INSERT, None, new))
+                mem.replace(key, KeyOp(OpKind.INSERT, None, new))
                 self._relaxed("update of a row that is not committed", key)
 
     def finish_commit(self, epoch: int) -> None:
@@ -806,3 +743,53 @@ class StateTable:
     def pending(self) -> int:
         """Keys the uncommitted epoch touches."""
         return len(self._mem)
+
+
+def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """A function picking the values at ``indices`` out of a row, in C."""
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda row: (row[i],)
+    if not indices:
+        return lambda row: ()
+    return itemgetter(*indices)
+
+
+def prepare_tables(
+    tables: Iterable[StateTable], epoch: int
+) -> tuple[list[WriteOp], list[tuple[bytes, bytes]], int, int]:
+    """Every table's commit writes for ``epoch`` as one batch, in key order, and
+    the rows updated and removed (Spark's numUpdatedStateRows /
+    numRemovedStateRows): what a state store writes, in memory or in RocksDB."""
+    ops: list[WriteOp] = []
+    ranges: list[tuple[bytes, bytes]] = []
+    updated = removed = 0
+    for table in tables:
+        table_ops, table_ranges = table.prepare_commit(epoch)
+        ops.extend(table_ops)
+        ranges.extend(table_ranges)
+        m = table.metrics
+        updated += m.inserted + m.updated
+        removed += m.deleted + m.removed_by_range
+    # In key order RocksDB takes a batch several times faster (its
+    # MemTable inserts find their place near the last one), and so does a
+    # replay of the changelog. Keys are distinct, tables' ids apart.
+    ops.sort(key=itemgetter(0))
+    return ops, ranges, updated, removed
+
+
+def check_tables(tables: Sequence[TableSchema]) -> dict[str, TableSchema]:
+    """The tables of one store by name; each needs its own name and table id."""
+    out: dict[str, TableSchema] = {}
+    ids: set[int] = set()
+    for schema in tables:
+        if not isinstance(schema, TableSchema):
+            raise TypeError(f"tables must be TableSchema objects, got {schema!r}")
+        if schema.name in out or schema.table_id in ids:
+            raise ValueError(
+                f"table {schema.name!r} (id {schema.table_id}): every table of a store "
+                "needs its own name and table id"
+            )
+        out[schema.name] = schema
+        ids.add(schema.table_id)
+    return out

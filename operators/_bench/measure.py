@@ -129,6 +129,8 @@ class Figure:
     unit: str
     subject: float
     baseline: float
+    #: This figure's own goal, where it differs from the section's.
+    own_goal: float | None = None
 
     @classmethod
     def of(
@@ -139,6 +141,7 @@ class Figure:
         unit: str,
         subject: Sequence[float],
         baseline: Sequence[float],
+        goal: float | None = None,
     ) -> Figure:
         """The figure of two lists of per-round seconds per operation."""
         return cls(
@@ -148,6 +151,7 @@ class Figure:
             unit,
             statistics.median(subject),
             statistics.median(baseline),
+            goal,
         )
 
     @property
@@ -161,9 +165,14 @@ class Figure:
         return self.baseline / self.subject
 
     @property
+    def goal(self) -> float | None:
+        """The ratio this figure must reach: its own goal, else the section's."""
+        return self.section.goal if self.own_goal is None else self.own_goal
+
+    @property
     def goal_met(self) -> bool | None:
-        """Whether the ratio reaches the section's goal; ``None`` without one."""
-        goal = self.section.goal
+        """Whether the ratio reaches the goal; ``None`` without one."""
+        goal = self.goal
         if goal is None:
             return None
         return self.ratio <= goal if self.section.ceiling else self.ratio >= goal

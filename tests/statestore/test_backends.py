@@ -132,3 +132,34 @@ class TestMemoryBackend:
         it = db.items()
         db.write([(bytes([1, 0]), None), (bytes([1, 5]), b"x")])
         assert [k[1] for k, _ in it] == [0, 1, 2]
+
+
+class TestShortRead:
+    def test_short_read_is_the_range_up_to_a_limit(
+        self, backend: MemoryBackend | RocksDBBackend
+    ) -> None:
+        """read_short gives the values of [lower, upper) in order, or None past the limit."""
+        _fill(backend)
+        assert backend.read_short(bytes([1, 2]), bytes([1, 5]), 3) == [b"v2", b"v3", b"v4"]
+        assert backend.read_short(bytes([1, 2]), bytes([1, 6]), 3) is None
+        assert backend.read_short(bytes([1, 8]), None, 5) == [b"v8", b"v9"]
+        assert backend.read_short(b"\x05", None, 5) == []
+
+    def test_short_read_sees_every_write(self, backend: MemoryBackend | RocksDBBackend) -> None:
+        """A short read after a write (RocksDB's reused iterator is renewed) sees it."""
+        _fill(backend, 3)
+        assert backend.read_short(bytes([1]), bytes([2]), 10) == [b"v0", b"v1", b"v2"]
+        backend.write(
+            [(bytes([1, 1]), None), (bytes([1, 5]), b"five")], [(bytes([1, 2]), bytes([1, 3]))]
+        )
+        assert backend.read_short(bytes([1]), bytes([2]), 10) == [b"v0", b"five"]
+
+    def test_short_read_of_a_closed_backend_raises(
+        self, backend: MemoryBackend | RocksDBBackend
+    ) -> None:
+        """read_short on a closed backend raises BackendClosedError."""
+        _fill(backend, 2)
+        backend.read_short(b"", None, 10)
+        backend.close()
+        with pytest.raises(BackendClosedError):
+            backend.read_short(b"", None, 10)
