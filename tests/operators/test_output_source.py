@@ -19,9 +19,10 @@ import pytest
 
 from operators._runner import run_operator
 from operators._sinks import COMMITTED_DIR, SCHEMA_FILE, ParquetSink
-from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
+from operators.demo import write_batches
 from operators.examples import RunningAggregate
 from statestore._faults import inject
+from tests.operators._orders_changelog import ORDERS, generate, reference
 
 SCHEMA = pa.schema([("key", pa.int64()), ("row_kind", pa.string())])
 
@@ -205,7 +206,7 @@ def _by_batch(rows: list[dict[str, Any]]) -> list[Counter[Row]]:
 @pytest.fixture(scope="module")
 def orders() -> list[pa.Table]:
     """Four batches of a small orders changelog."""
-    return generate(DemoConfig(batches=4, orders_per_batch=120, customers=15, seed=11))
+    return generate(batches=4, orders_per_batch=120, customers=15, seed=11)
 
 
 def _add_source(root: Path, batches: list[pa.Table], start: int) -> None:

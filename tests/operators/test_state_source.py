@@ -24,7 +24,7 @@ from operators._sinks import ParquetSink
 from operators._spark_hash import spark_partition
 from operators._state_location import StateLocation, table_schema
 from operators._state_read import metadata, read_changes, read_rows
-from operators.demo import ORDERS, DemoConfig, generate, reference, write_batches
+from operators.demo import write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import StateStore
@@ -40,6 +40,7 @@ from tests.operators._harness_state import (
     streaming_join,
     typed_feed,
 )
+from tests.operators._orders_changelog import ORDERS, generate, reference
 
 pytestmark = pytest.mark.spark
 
@@ -110,7 +111,7 @@ def net_changes(orders: list[pa.Table], batch: int) -> Counter[tuple[Any, ...]]:
 @pytest.fixture(scope="module")
 def orders() -> list[pa.Table]:
     """Four batches of a small orders changelog."""
-    return generate(DemoConfig(batches=4, orders_per_batch=200, customers=30, seed=5))
+    return generate(batches=4, orders_per_batch=200, customers=30, seed=5)
 
 
 @pytest.fixture(scope="module")
