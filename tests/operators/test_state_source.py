@@ -238,7 +238,7 @@ class TestInspect:
         partition."""
         assert cli.main(["inspect", str(query)]) == 0
         out = capsys.readouterr().out
-        assert f"query: operator {OPERATOR}, 2 partitions, key types [['string']]" in out
+        assert f"query: 2 partitions; stages {OPERATOR} (key ['string'])" in out
         assert "batches recorded: 0..3 (latest committed 3" in out
         assert "table aggregates (id 0x1, row layout): key string, count int64" in out
         lines = [line.split() for line in out.splitlines() if line.startswith("  0 ")]
