@@ -1,7 +1,8 @@
-"""A two-stage pipeline for the tests: orders joined with customers (a
-changelog ``StreamingJoin`` on the customer), then revenue per segment (a
-running aggregate over the join's changelog); random changelogs of both, and
-the materialisation of a changelog."""
+"""Pipelines for the tests: orders joined with customers (a changelog
+``StreamingJoin`` on the customer), then revenue per segment (a running
+aggregate over the join's changelog); revenue per customer (keyed by the
+customer) then the top customers over all of them (a keyless stage); random
+changelogs of both sources, and the materialisation of a changelog."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from encoding import Direction, KeyColumn, NullOrder
 from operators import Pipeline, RowKind, Stream
+from operators.aggregate import Aggregate, GroupAggregate
 from operators.examples import RunningAggregate
 from operators.join import StreamingJoin
+from operators.topn import TopN
 
 
 def _pickle_by_value() -> None:
@@ -64,6 +68,44 @@ def build(pipeline: Pipeline, orders: Stream, customers: Stream) -> tuple[Stream
     joined = pipeline.stage(join, orders, customers, keys=["customer"])
     revenue = pipeline.stage(SegmentRevenue(), joined, keys=["c_segment"])
     return joined, revenue
+
+
+#: How many customers the keyless top keeps.
+TOP = 3
+#: The top customers' columns.
+TOP_COLUMNS = ["customer", "orders", "revenue"]
+
+
+def build_top(pipeline: Pipeline, orders: Stream) -> tuple[Stream, Stream]:
+    """Revenue per customer (a stage keyed by the customer), then the
+    :data:`TOP` customers by revenue over all customers (a keyless stage,
+    one partition), ties by customer."""
+    per_customer = GroupAggregate(
+        orders.schema,
+        group_by=["customer"],
+        aggregates=[Aggregate.count(name="orders"), Aggregate.sum("amount", "revenue")],
+        changelog=True,
+        name="customer_revenue",
+    )
+    revenue = pipeline.stage(per_customer, orders, keys=["customer"])
+    top = TopN(
+        revenue.schema,
+        order_by=[KeyColumn("revenue", Direction.DESC, NullOrder.LAST), "customer"],
+        limit=TOP,
+        name="top_customers",
+    )
+    return revenue, pipeline.stage(top, revenue, keys=())
+
+
+def top_customers(orders: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    """The :data:`TOP` customers of materialised ``(order_id, customer,
+    amount)`` rows, as ``(customer, orders, revenue)``, computed directly."""
+    totals: dict[int, tuple[int, int]] = {}
+    for (_, customer, amount), n in orders.items():
+        count, revenue = totals.get(customer, (0, 0))
+        totals[customer] = (count + n, revenue + n * amount)
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
+    return Counter((c, n, r) for c, (n, r) in ranked)
 
 
 def changes(seed: int, batches: int) -> list[tuple[pa.Table, pa.Table]]:
