@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 
 from operators._changelog import RowKind
 from operators._operator import OperatorContext
-from operators._relational import key_tuples, pylists
+from operators._relational import aligned, key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
-__all__ = ["UNKNOWN", "Touched", "aligned", "finish_in_arrow"]
+__all__ = ["UNKNOWN", "Touched", "finish_in_arrow"]
 
 Row = tuple[Any, ...]
 
@@ -152,13 +152,6 @@ def finish_in_arrow(
 def _width(kind: Kind) -> int:
     """How many stored columns an aggregate's accumulator has (not custom)."""
     return 2 if kind in (Kind.SUM, Kind.AVG) else 1
-
-
-def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
-    """The stored rows at their groups' places, all-null rows where none."""
-    at = pc.subtract(pc.cumulative_sum(pc.cast(found, pa.int64())), 1)
-    index = pc.if_else(found, at, pa.scalar(None, pa.int64()))
-    return pa.Table.from_batches([stored]).take(index) if n else pa.Table.from_batches([stored])
 
 
 def _zeroed(column: pa.ChunkedArray) -> pa.ChunkedArray:
