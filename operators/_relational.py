@@ -25,6 +25,7 @@ __all__ = [
     "key_tuples",
     "pylists",
     "signs",
+    "unheld",
 ]
 
 Row = tuple[Any, ...]
@@ -145,3 +146,10 @@ def add_counts(table: StateTable, rows: pa.Table, deltas: pa.Array) -> tuple[pa.
     table.update_batch(new.filter(pc.and_(found, alive)))
     table.delete_keys(rows.filter(pc.and_(found, pc.invert(alive))))
     return before, after
+
+
+def unheld(after: pa.Array | pa.ChunkedArray) -> int:
+    """How many retractions went beyond what the table held: the counts
+    below zero that :func:`add_counts` returns, added up."""
+    below = pc.if_else(pc.greater(after, 0), 0, pc.negate(after))
+    return int(pc.sum(below).as_py() or 0)

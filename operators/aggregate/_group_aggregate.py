@@ -26,7 +26,15 @@ import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
 from operators._operator import Operator, OperatorContext
-from operators._relational import Pending, add_counts, check_names, key_tuples, pylists, signs
+from operators._relational import (
+    Pending,
+    add_counts,
+    check_names,
+    key_tuples,
+    pylists,
+    signs,
+    unheld,
+)
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
 from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow
@@ -293,7 +301,7 @@ class GroupAggregate(Operator):
         names = table.schema.columns.names[:-1]
         rows = pa.table(net.columns[:-1], names=names)
         _, after = add_counts(table, rows, net.column("__s_sum"))
-        unknown = pc.sum(pc.if_else(pc.greater(after, 0), 0, pc.negate(after))).as_py() or 0
+        unknown = unheld(after)
         if unknown:
             ctx.count(UNKNOWN, unknown)
 

@@ -22,12 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import Pending, add_counts, check_names, key_tuples, signs
+from operators._relational import Pending, add_counts, check_names, key_tuples, signs, unheld
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -179,7 +178,7 @@ class TopN(Operator):
             schema=pa.schema(fields),
         )
         _, after = add_counts(table, rows, pa.array([net[e] for e in entries], pa.int64()))
-        unknown = pc.sum(pc.if_else(pc.greater(after, 0), 0, pc.negate(after))).as_py() or 0
+        unknown = unheld(after)
         if unknown:
             ctx.count(UNKNOWN, unknown)
 
