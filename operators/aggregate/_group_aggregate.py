@@ -212,7 +212,7 @@ class GroupAggregate(Operator):
         finish_per_group(self, ctx, results, touched, stored, customs)
 
     def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> Touched:
-        """The touched groups, in order of first arrival, with each summed
+        """The touched groups, in key order, with each summed
         aggregate's delta and each append-only min / max's batch extreme."""
         columns: dict[str, pa.Array] = {
             f"__g{j}": key_equal_values(batch.column(k)) for j, k in enumerate(self.key_columns)
@@ -236,6 +236,11 @@ class GroupAggregate(Operator):
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
+        # In key order, the groups' reads and writes find their places in
+        # RocksDB near the last one: a multi-get of sorted keys takes about
+        # half the time of one of keys in arrival order.
+        if folded.num_rows > 1:
+            folded = folded.sort_by([(g, "ascending") for g in groups])
         return Touched(folded, groups)
 
     def _apply_extremes(
