@@ -96,6 +96,14 @@ class TestBuildErrors:
         with pytest.raises(InputError, match="must be an integer"):
             pipeline.source(CUSTOMERS, "b", sequence="segment")
 
+    def test_unknown_start_option(self) -> None:
+        """A misspelt query option is refused as Python refuses a keyword, naming the options."""
+        pipeline = Pipeline()
+        stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
+        output = pipeline.stage(RunningAggregate(), stream, keys=["key"])
+        with pytest.raises(TypeError, match=r"\['triger'\]; the options are .*'trigger'"):
+            pipeline.start(output, print, "/nowhere", 1, triger={"once": True})  # type: ignore[call-arg]
+
 
 class TestPipelineHarness:
     @pytest.mark.parametrize("seed", range(6))

@@ -230,6 +230,28 @@ class TestDeclaration:
         assert op.tables[1].key_names[:3] == ("g", "__value", "id")
         assert op.output.names == ["g", "min_v", "max_v", "count_distinct_v"]
 
+    def test_default_names(self) -> None:
+        """A built-in aggregate without a name is called ``<kind>_<column>``; count(*) ``count``."""
+        made = [
+            Aggregate.count(),
+            Aggregate.count("v"),
+            Aggregate.sum("v"),
+            Aggregate.avg("v"),
+            Aggregate.min("v"),
+            Aggregate.max("v"),
+            Aggregate.count_distinct("v"),
+        ]
+        assert [a.name for a in made] == [
+            "count",
+            "count_v",
+            "sum_v",
+            "avg_v",
+            "min_v",
+            "max_v",
+            "count_distinct_v",
+        ]
+        assert Aggregate.sum("v", "total").name == "total"
+
     def test_bad_declarations(self) -> None:
         """Unknown columns, duplicate outputs and sums of strings are refused."""
         with pytest.raises(ValueError, match="not in the input"):
