@@ -292,6 +292,26 @@ class TestTables:
         t.commit(2)
         assert t.get_rows(pks) == [t.get_row(pk) for pk in pks]
 
+    @pytest.mark.parametrize("kind", [pa.int32(), pa.string()])
+    def test_batch_read_of_most_keys_matches_single_reads(
+        self, backend: KVBackend, layout: str, kind: pa.DataType
+    ) -> None:
+        """get_batch of many of the stored keys in an untouched epoch (read by
+        one scan matched in Arrow) gives what get_row gives: a null key, a
+        key asked twice, absent keys, keys past the greatest stored."""
+        columns = pa.schema([pa.field("pk", kind), ("b", pa.int64())])
+        t = _table(backend, layout, columns=columns)
+        value = (lambda i: i) if kind == pa.int32() else (lambda i: f"k{i:05d}")
+        t.insert((None, -1))
+        for i in range(0, 300, 3):
+            t.insert((value(i), i))
+        t.commit(1)
+        asked = [None, *(value(i) for i in range(310, -1, -1)), value(6)]
+        rows, found = t.get_batch(pa.table({"pk": pa.array(asked, kind)}))
+        expected = [t.get_row((k,)) for k in asked]
+        assert found.to_pylist() == [e is not None for e in expected]
+        assert rows.to_pylist() == [{"pk": e[0], "b": e[1]} for e in expected if e is not None]
+
     def test_abort_drops_the_epoch(self, backend: KVBackend, layout: str) -> None:
         """abort() forgets uncommitted writes."""
         t = _table(backend, layout)
