@@ -18,6 +18,7 @@ written once, and its result emitted only if it changed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ __all__ = ["GroupAggregate"]
 Row = tuple[Any, ...]
 
 
+#: Milliseconds of the batch's fold and state writes at its close (the join's name).
+STORE_TIME = "storeTimeMs"
 _ROWS = "__rows"
 _VALUE = "__value"
 _COUNT = "__n"
@@ -181,7 +184,14 @@ class GroupAggregate(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         """Fold the micro-batch per group, update the state of each group it
-        touched once, and emit the results that changed."""
+        touched once, and emit the results that changed; the time it takes
+        counts in ``storeTimeMs`` (the runner's ``allUpdatesTimeMs`` times
+        only the gathering)."""
+        started = time.perf_counter_ns()
+        self._close(ctx)
+        ctx.count(STORE_TIME, (time.perf_counter_ns() - started) // 1_000_000)
+
+    def _close(self, ctx: OperatorContext) -> None:
         batch = self._pending.take(ctx)
         if batch is None:
             return
@@ -210,7 +220,7 @@ class GroupAggregate(Operator):
         finish_per_group(self, ctx, results, touched, stored, customs)
 
     def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> Touched:
-        """The touched groups, in order of first arrival, with each summed
+        """The touched groups, in key order, with each summed
         aggregate's delta and each append-only min / max's batch extreme."""
         columns: dict[str, pa.Array] = {
             f"__g{j}": key_equal_values(batch.column(k)) for j, k in enumerate(self.key_columns)
@@ -234,6 +244,11 @@ class GroupAggregate(Operator):
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
+        # In key order, the groups' reads and writes find their places in
+        # RocksDB near the last one: a multi-get of sorted keys takes about
+        # half the time of one of keys in arrival order.
+        if folded.num_rows > 1:
+            folded = folded.sort_by([(g, "ascending") for g in groups])
         return Touched(folded, groups)
 
     def _apply_extremes(
@@ -369,10 +384,3 @@ def _net_table(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> pa.Tab
     table = pa.table(columns).filter(keep)
     net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
     return net.filter(pc.not_equal(net.column("__s_sum"), 0)).select([*keys, "__s_sum"])
-
-
-def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
-    """:func:`_net_table` as key tuples and their net changes."""
-    net = _net_table(arrays, sign, keep)
-    keys = [net.column(j) for j in range(net.num_columns - 1)]
-    return key_tuples(keys, net.num_rows), net.column("__s_sum").to_pylist()

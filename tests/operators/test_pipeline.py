@@ -9,30 +9,25 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from _pipeline_work import (
-    CUSTOMERS,
-    ORDERS,
+    KINDS,
     TOP_COLUMNS,
     SegmentRevenue,
-    build,
     build_top,
     changes,
-    materialised,
+    harness_pipeline,
     top_customers,
 )
 
 from operators import InputError, Operator, OperatorContext, Pipeline, RowKind, Watermark
+from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
 from operators._spark_hash import spark_partition
+from operators.demo import materialised
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness, PipelineHarness
 
-KINDS = pa.field("row_kind", pa.string())
-
 
 def _revenue_pipeline() -> tuple[Pipeline, str, str]:
-    pipeline = Pipeline()
-    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
-    customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
-    joined, revenue = build(pipeline, orders, customers)
+    pipeline, joined, revenue = harness_pipeline()
     return pipeline, joined.name, revenue.name
 
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _pipeline_job import run, streams, write_changes
+from _pipeline_job import run
 from _pipeline_work import (
-    CUSTOMERS,
-    ORDERS,
+    KINDS,
     TOP,
     TOP_COLUMNS,
+    SegmentRevenue,
     build,
     build_top,
     changes,
-    materialised,
+    harness_pipeline,
 )
 from pyarrow.fs import LocalFileSystem
 
@@ -37,10 +37,12 @@ from operators import (
     run_operator,
     stage_progress,
 )
+from operators._bench.revenue_pipeline import ORDERS, revenue_query, sources, write_changes
 from operators._inspect import describe
 from operators._journal import Journal
 from operators._repartition import repartition
 from operators._state_location import StateLocation
+from operators.demo import join_orders, materialised, read_batches, write_batches
 from operators.examples import RunningAggregate
 from operators.testing import PipelineHarness
 from statestore import PartitionCheckpoint
@@ -58,7 +60,6 @@ def _pickle_by_value() -> None:
 # Spark's Python workers cannot import this test module: ship _Echo by value.
 _pickle_by_value()
 
-KINDS = pa.field("row_kind", pa.string())
 REVENUE = ["key", "count", "total"]
 HERE = Path(__file__).parent
 
@@ -75,10 +76,7 @@ def _per_batch(spark: Any, sink: ParquetSink) -> list[Counter[tuple[Any, ...]]]:
 
 def _harness(work: list[tuple[pa.Table, pa.Table]], partitions: int = 3) -> list[Counter[Any]]:
     """The revenue stage's output per batch, run by the harness."""
-    pipeline = Pipeline()
-    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
-    customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
-    _, revenue = build(pipeline, orders, customers)
+    pipeline, _, revenue = harness_pipeline()
     out = []
     with PipelineHarness(pipeline, partitions) as harness:
         for o, c in work:
@@ -108,10 +106,7 @@ class TestTwoStages:
 
         # The same two stages as two queries, the second reading the first's output.
         first = Pipeline()
-        orders_frame, customers_frame = streams(spark, tmp_path)
-        orders = first.source(orders_frame, "orders", sequence="seq")
-        customers = first.source(customers_frame, "customers", sequence="seq")
-        joined_stream = _join_only(first, orders, customers)
+        joined_stream = join_orders(first, *sources(spark, tmp_path, first))
         join_sink = ParquetSink(str(tmp_path / "joined"))
         first.start(
             joined_stream,
@@ -120,30 +115,14 @@ class TestTwoStages:
             3,
             trigger={"availableNow": True},
         ).awaitTermination()
-        # The second query reads the first's committed output one batch per
-        # trigger, in the order the join's partitions emitted it (one input
-        # partition per part, rows in file order), as the one query does.
-        from pyspark.sql.types import LongType, StructField, StructType
-
-        read = (
-            spark.readStream.format("relstate-output")
-            .option("maxBatchesPerTrigger", 1)
-            .load(str(tmp_path / "joined"))
-            .drop("batch")
-        )
-        ordered = StructType([*read.schema.fields, StructField("emit_order", LongType())])
-        joined_frame = read.mapInArrow(_with_emit_order, ordered)
         second_sink = ParquetSink(str(tmp_path / "revenue2"))
-        from _pipeline_work import SegmentRevenue
-
-        run_operator(
-            joined_frame,
+        revenue_query(
+            spark,
+            join_sink.path,
             SegmentRevenue(),
-            keys=["c_segment"],
             partitions=3,
             checkpoint=str(tmp_path / "ck2"),
             sink=second_sink,
-            sequence_column="emit_order",
             trigger={"availableNow": True},
         ).awaitTermination()
         assert _per_batch(spark, second_sink) == got
@@ -155,11 +134,8 @@ class TestTwoStages:
         batch; numOutputRows counts both outputs."""
         work = changes(seed=11, batches=3)
         write_changes(tmp_path, work)
-        orders_frame, customers_frame = streams(spark, tmp_path)
         pipeline = Pipeline()
-        orders = pipeline.source(orders_frame, "orders", sequence="seq")
-        customers = pipeline.source(customers_frame, "customers", sequence="seq")
-        joined, revenue = build(pipeline, orders, customers)
+        joined, revenue = build(pipeline, *sources(spark, tmp_path, pipeline))
         revenue_sink = ParquetSink(str(tmp_path / "revenue"))
         join_sink = ParquetSink(str(tmp_path / "joined"))
         query = pipeline.start(
@@ -173,13 +149,8 @@ class TestTwoStages:
         query.awaitTermination()
         got = _per_batch(spark, revenue_sink)
         assert got == _harness(work)
-        harness = Pipeline()
-        built = build(
-            harness,
-            harness.source(ORDERS.append(KINDS), "orders", sequence="seq"),
-            harness.source(CUSTOMERS.append(KINDS), "customers", sequence="seq"),
-        )
-        columns = list(built[0].schema.names)
+        harness, harness_join, _ = harness_pipeline()
+        columns = list(harness_join.schema.names)
         want = []
         with PipelineHarness(harness, 3) as run_by_harness:
             for o, c in work:
@@ -240,28 +211,12 @@ class TestTwoStages:
         assert revenue["numRowsTotal"] > 0
 
 
-def _write_orders(root: Path, work: list[tuple[pa.Table, pa.Table]], first: int = 0) -> None:
-    """The orders changelog of each batch as a file, numbered from ``first``,
-    each newer than the one before."""
-    import time
-
-    import pyarrow.parquet as pq
-
-    for name in ("orders", "customers"):  # the customers stream is not read
-        (root / name).mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for i, (orders, _) in enumerate(work, first):
-        path = root / "orders" / f"part-{i:04d}.parquet"
-        pq.write_table(orders, path)
-        os.utime(path, (now + i, now + i))
-
-
 def _run_top(spark: Any, root: Path, partitions: int) -> tuple[ParquetSink, Any]:
     """Revenue per customer then the keyless top over the order files under
     ``root``, to the end; the top's sink and the query."""
-    orders_frame, _ = streams(spark, root)
     pipeline = Pipeline()
-    orders = pipeline.source(orders_frame, "orders", sequence="seq")
+    frame = read_batches(spark, root / "orders", ORDERS.append(KINDS))
+    orders = pipeline.source(frame, "orders", sequence="seq")
     _, top = build_top(pipeline, orders)
     sink = ParquetSink(str(root / "top"))
     query = pipeline.start(
@@ -333,7 +288,7 @@ class TestKeylessStage:
         state is one partition recorded as such, and its stateOperators
         entry reports one state store instance."""
         work = changes(seed=7, batches=4)
-        _write_orders(tmp_path, work)
+        write_batches(tmp_path / "orders", [o for o, _ in work], prefix="part")
         sink, query = _run_top(spark, tmp_path, 3)
         got = _top_by_batch(spark, sink, len(work))
         assert got == _top_harness(work)
@@ -360,7 +315,7 @@ class TestKeylessStage:
         says so); the query then resumes on 2 partitions and every batch's
         output still equals the harness, the end result Spark SQL."""
         work = changes(seed=8, batches=5)
-        _write_orders(tmp_path, work[:3])
+        write_batches(tmp_path / "orders", [o for o, _ in work[:3]], prefix="part")
         _run_top(spark, tmp_path, 3)
         checkpoint = str(tmp_path / "checkpoint")
         result = repartition(checkpoint, 2)
@@ -370,7 +325,8 @@ class TestKeylessStage:
         assert location.partitions("customer_revenue") == [0, 1]
         text = describe(location)
         assert "query: 2 partitions" in text and "top_customers (no key, 1 partition)" in text
-        _write_orders(tmp_path, work[3:], first=3)
+        # Files newer than the first three, under names of their own.
+        write_batches(tmp_path / "orders", [o for o, _ in work[3:]], prefix="later")
         sink, _ = _run_top(spark, tmp_path, 2)
         got = _top_by_batch(spark, sink, len(work))
         assert got == _top_harness(work)

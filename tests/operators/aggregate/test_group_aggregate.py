@@ -232,24 +232,9 @@ class TestDeclaration:
 
     def test_default_names(self) -> None:
         """A built-in aggregate without a name is called ``<kind>_<column>``; count(*) ``count``."""
-        made = [
-            Aggregate.count(),
-            Aggregate.count("v"),
-            Aggregate.sum("v"),
-            Aggregate.avg("v"),
-            Aggregate.min("v"),
-            Aggregate.max("v"),
-            Aggregate.count_distinct("v"),
-        ]
-        assert [a.name for a in made] == [
-            "count",
-            "count_v",
-            "sum_v",
-            "avg_v",
-            "min_v",
-            "max_v",
-            "count_distinct_v",
-        ]
+        assert Aggregate.count().name == "count"
+        for kind in ("count", "sum", "avg", "min", "max", "count_distinct"):
+            assert getattr(Aggregate, kind)("v").name == f"{kind}_v"
         assert Aggregate.sum("v", "total").name == "total"
 
     def test_bad_declarations(self) -> None:
