@@ -23,6 +23,7 @@ __all__ = [
     "aligned",
     "check_names",
     "key_tuples",
+    "net_changes",
     "pylists",
     "signs",
     "unheld",
@@ -117,6 +118,23 @@ class Pending:
             return parts[0]
         table = pa.Table.from_batches(parts).combine_chunks()
         return table.to_batches()[0]
+
+
+def net_changes(
+    arrays: Sequence[pa.Array | pa.ChunkedArray], sign: pa.Array, keep: pa.Array | None = None
+) -> pa.Table:
+    """The net change of a batch per distinct key of ``arrays`` (rows where
+    ``keep`` holds, or all), in one Arrow group-by with values made equal as
+    the key bytes make them, leaving out keys whose changes cancel: key
+    columns ``__k0``... then ``__s_sum``, keys in order of first appearance."""
+    columns = {f"__k{j}": key_equal_values(a) for j, a in enumerate(arrays)}
+    columns["__s"] = sign
+    keys = list(columns)[:-1]
+    table = pa.table(columns)
+    if keep is not None:
+        table = table.filter(keep)
+    net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
+    return net.filter(pc.not_equal(net.column("__s_sum"), 0)).select([*keys, "__s_sum"])
 
 
 def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:

@@ -32,6 +32,7 @@ from operators._relational import (
     add_counts,
     check_names,
     key_tuples,
+    net_changes,
     pylists,
     signs,
     unheld,
@@ -270,7 +271,7 @@ class GroupAggregate(Operator):
             batch.column(column),
             *(batch.column(n) for n in identity),
         ]
-        net = _net_table(arrays, sign, pc.is_valid(batch.column(column)))
+        net = net_changes(arrays, sign, pc.is_valid(batch.column(column)))
         self._write_counts(ctx, table, net)
         # Per group, the least and greatest value it lost and gained.
         groups = [f"__k{j}" for j in range(self._k)]
@@ -331,7 +332,7 @@ class GroupAggregate(Operator):
         value whose count leaves zero adds one to its group's distinct count,
         one whose count returns to zero takes one away."""
         arrays = [*(batch.column(k) for k in self.key_columns), batch.column(column)]
-        net = _net_table(arrays, sign, pc.is_valid(batch.column(column)))
+        net = net_changes(arrays, sign, pc.is_valid(batch.column(column)))
         rows = pa.table(net.columns[:-1], names=table.schema.columns.names[:-1])
         before, after = add_counts(table, rows, net.column("__s_sum"))
         # +1 where a value's count leaves zero, -1 where it returns to it.
@@ -371,15 +372,3 @@ def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[
 def _sum_type(input_type: pa.DataType) -> pa.DataType:
     """What a sum of ``input_type`` adds up in: ``bigint`` or ``double``."""
     return pa.float64() if pa.types.is_floating(input_type) else pa.int64()
-
-
-def _net_table(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> pa.Table:
-    """The net change of a batch per distinct key of ``arrays`` (rows where
-    ``keep`` holds), leaving out keys whose changes cancel: key columns
-    ``__k0``... then ``__s_sum``."""
-    columns = {f"__k{j}": key_equal_values(a) for j, a in enumerate(arrays)}
-    columns["__s"] = sign
-    keys = list(columns)[:-1]
-    table = pa.table(columns).filter(keep)
-    net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
-    return net.filter(pc.not_equal(net.column("__s_sum"), 0)).select([*keys, "__s_sum"])

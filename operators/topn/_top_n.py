@@ -26,7 +26,15 @@ import pyarrow as pa
 from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import Pending, add_counts, check_names, key_tuples, signs, unheld
+from operators._relational import (
+    Pending,
+    add_counts,
+    check_names,
+    key_tuples,
+    net_changes,
+    signs,
+    unheld,
+)
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -130,23 +138,28 @@ class TopN(Operator):
         batch = self._pending.take(ctx)
         if batch is None:
             return
-        steps = signs(batch, self.name, True).to_pylist()
-        rows = key_tuples([batch.column(n) for n in self._stored], batch.num_rows)
-        net: dict[Row, int] = {}
-        for row, step in zip(rows, steps, strict=True):
-            net[row] = net.get(row, 0) + step
-        changed: dict[Row, list[Row]] = {}
-        for row, delta in net.items():
-            if delta:
-                changed.setdefault(row[: self._p], []).append(row)
+        net = net_changes([batch.column(n) for n in self._stored], signs(batch, self.name, True))
+        rows = net.select(range(len(self._stored))).rename_columns(self._stored)
+        deltas = net.column("__s_sum")
+        # Each net row's index, by partition (in order of first appearance).
+        changed: dict[Row, list[int]] = {}
+        for i, partition in enumerate(key_tuples(rows.columns[: self._p], rows.num_rows)):
+            changed.setdefault(partition, []).append(i)
         table = ctx.table("rows")
         # The tops before the batch, of the partitions whose changes can reach them.
         before: dict[Row, list[Row]] = {}
-        for partition, entries in changed.items():
+        cut = self._p + self._o if self.with_ties else self._pk
+        keys: list[Row] = []  # each net row's key up to ``cut``, once needed
+        for partition, at in changed.items():
             top, boundary = self._top(table, partition)
-            if boundary is None or not all(self._after(table, e, boundary) for e in entries):
-                before[partition] = top
-        self._apply(ctx, table, [e for entries in changed.values() for e in entries], net)
+            if boundary is not None:
+                keys = keys or key_tuples(rows.columns[:cut], rows.num_rows)
+                if all(table.keys.encode(keys[i]) > boundary for i in at):
+                    continue  # every change sorts past a full top: it cannot change
+            before[partition] = top
+        unknown = unheld(add_counts(table, rows, deltas)[1])
+        if unknown:
+            ctx.count(UNKNOWN, unknown)
         left: list[Row] = []
         entered: list[Row] = []
         for partition, top in before.items():
@@ -163,24 +176,6 @@ class TopN(Operator):
                     ],
                     kind,
                 )
-
-    def _apply(
-        self, ctx: OperatorContext, table: StateTable, entries: list[Row], net: dict[Row, int]
-    ) -> None:
-        """Add each entry's net change to its stored multiplicity, in batches
-        (a first batch of many rows is one multi-get and one write per kind)."""
-        if not entries:
-            return
-        fields = [table.schema.columns.field(i) for i in range(len(self._stored))]
-        columns = list(zip(*entries, strict=True))
-        rows = pa.table(
-            [pa.array(list(c), f.type) for c, f in zip(columns, fields, strict=True)],
-            schema=pa.schema(fields),
-        )
-        _, after = add_counts(table, rows, pa.array([net[e] for e in entries], pa.int64()))
-        unknown = unheld(after)
-        if unknown:
-            ctx.count(UNKNOWN, unknown)
 
     def _top(self, table: StateTable, partition: Row) -> tuple[list[Row], bytes | None]:
         """The rows of ``partition``'s top (each identical row once per copy),
@@ -210,11 +205,6 @@ class TopN(Operator):
         if self.with_ties:
             return top, table.keys.encode(last[: self._p + self._o])
         return top, table.keys.encode(last[: self._pk])
-
-    def _after(self, table: StateTable, entry: Row, boundary: bytes) -> bool:
-        """Whether a changed row sorts past a full top's boundary."""
-        cut = self._p + self._o if self.with_ties else self._pk
-        return table.keys.encode(entry[:cut]) > boundary
 
 
 def _same(a: Row | None, b: Row | None) -> bool:
