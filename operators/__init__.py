@@ -9,7 +9,13 @@ from operators._changelog import ROW_KIND, RowKind, row_kinds
 from operators._fk_join import FkJoin, run_fk_join
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._pipeline import Pipeline, Stream
-from operators._runner import BatchSummary, RelstateQuery, run_operator, stage_progress
+from operators._runner import (
+    BatchSummary,
+    QueryOptions,
+    RelstateQuery,
+    run_operator,
+    stage_progress,
+)
 from operators._sinks import BatchSink, ParquetSink
 from operators._spark import register_sources
 from operators._watermark import Watermark
@@ -25,6 +31,7 @@ __all__ = [
     "OperatorContext",
     "ParquetSink",
     "Pipeline",
+    "QueryOptions",
     "RelstateQuery",
     "RowKind",
     "RunnerError",

@@ -18,20 +18,19 @@ table is keyed by FK. The join runs as two keyed stages per micro-batch
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
 
 import pyarrow as pa
 
 from operators._fk_stages import FK, HASH, ResultStage, SubscriptionStage
 from operators._pipeline import Pipeline, Stream
 from operators.errors import InputError
-from statestore import StoreConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from operators._runner import Progress, RelstateQuery
+    from operators._runner import QueryOptions, RelstateQuery
     from operators._sinks import BatchSink
 
 __all__ = ["FkJoin", "Joiner", "left_row_hash", "run_fk_join"]
@@ -221,11 +220,7 @@ def run_fk_join(
     partitions: int,
     checkpoint: str,
     sink: BatchSink,
-    store_config: StoreConfig | None = None,
-    trigger: Mapping[str, Any] | None = None,
-    query_name: str | None = None,
-    state_location: str | None = None,
-    progress: Progress | None = None,
+    **options: Unpack[QueryOptions],
 ) -> RelstateQuery:
     """Run the foreign-key ``join`` of two streaming changelogs in Spark: a
     two-stage :class:`~operators.Pipeline` (:meth:`FkJoin.add_to`).
@@ -233,12 +228,11 @@ def run_fk_join(
     ``left`` has ``join.left``'s columns, ``right`` ``join.right``'s, both
     the sequence column and a ``row_kind`` column (docs/operators/fk-join.md:
     the left changelog must carry before-images). ``sink`` gets the upsert
-    changelog keyed by the left key. The other arguments are
+    changelog keyed by the left key. ``options`` are
+    :class:`~operators.QueryOptions`; the other arguments are
     :func:`operators.run_operator`'s.
     """
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-    from operators._runner import start
 
     schema = join.prepared_schema(to_arrow_schema(left.schema))
 
@@ -251,18 +245,7 @@ def run_fk_join(
     left_stream = pipeline.source(prepared, "left", sequence=join.sequence_column)
     right_stream = pipeline.source(right, "right", sequence=join.sequence_column)
     output = join.add_to(pipeline, left_stream, right_stream)
-    return start(
-        pipeline,
-        output,
-        sink,
-        checkpoint,
-        partitions,
-        store_config=store_config,
-        trigger=trigger,
-        query_name=query_name,
-        state_location=state_location,
-        progress=progress,
-    )
+    return pipeline.start(output, sink, checkpoint, partitions, **options)
 
 
 def _check_sequence_column(

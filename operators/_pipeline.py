@@ -17,9 +17,9 @@ Spark, record at a time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import pyarrow as pa
 
@@ -31,9 +31,8 @@ from operators.errors import InputError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from operators._runner import Progress, RelstateQuery
+    from operators._runner import QueryOptions, RelstateQuery
     from operators._sinks import BatchSink
-    from statestore import StoreConfig
 
 __all__ = ["Pipeline", "Stream", "arrow_schema_of", "same_type"]
 
@@ -328,33 +327,18 @@ class Pipeline:
         sink: BatchSink,
         checkpoint: str,
         partitions: int,
-        store_config: StoreConfig | None = None,
-        trigger: Mapping[str, Any] | None = None,
-        query_name: str | None = None,
-        state_location: str | None = None,
-        progress: Progress | None = None,
         more_outputs: Sequence[tuple[Stream, BatchSink]] = (),
+        **options: Unpack[QueryOptions],
     ) -> RelstateQuery:
         """Start the streaming query that runs the pipeline; ``output``'s rows
         (with ``row_kind``) go to ``sink`` each batch, and each further
         ``(stream, sink)`` of ``more_outputs`` likewise, all written before the
-        batch is recorded and committed after. See
-        :func:`operators.run_operator` for the other arguments."""
+        batch is recorded and committed after. ``options`` are
+        :class:`~operators.QueryOptions`; see :func:`operators.run_operator`
+        for the other arguments."""
         from operators._runner import start
 
-        return start(
-            self,
-            output,
-            sink,
-            checkpoint,
-            partitions,
-            store_config=store_config,
-            trigger=trigger,
-            query_name=query_name,
-            state_location=state_location,
-            progress=progress,
-            more_outputs=more_outputs,
-        )
+        return start(self, output, sink, checkpoint, partitions, more_outputs, **options)
 
 
 def _key_lists(

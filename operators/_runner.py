@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial, reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import pyarrow as pa
 
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchSummary",
     "Progress",
+    "QueryOptions",
     "RelstateQuery",
     "Watermark",
     "job_group",
@@ -84,6 +85,29 @@ _TRIGGERS = ("processingTime", "once", "availableNow")
 #: What a query's progress callback gets after each batch.
 BatchSummary = dict[str, Any]
 Progress = Callable[[BatchSummary], None]
+
+
+class QueryOptions(TypedDict, total=False):
+    """The options of starting a query, the same keywords for
+    :meth:`Pipeline.start <operators.Pipeline.start>`, :func:`run_operator`
+    and :func:`~operators.run_fk_join`; all are optional.
+
+    ``store_config`` configures each stage's state store (its
+    ``retain_versions`` must be at least 2). ``trigger`` is Spark's
+    (``{"processingTime": "5 seconds"}``, ``{"availableNow": True}``,
+    ``{"once": True}``); ``query_name`` names the query (and its jobs in the
+    Spark UI). ``state_location`` puts the state (and the batch journal)
+    anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint stays
+    where Spark can write it (default: ``checkpoint/state``). ``progress`` is
+    called with each finished batch's summary (default: one line on stderr
+    when it is a terminal).
+    """
+
+    store_config: StoreConfig | None
+    trigger: Mapping[str, Any] | None
+    query_name: str | None
+    state_location: str | None
+    progress: Progress | None
 
 
 def _source_column(source: int, name: str) -> str:
@@ -561,17 +585,26 @@ def start(
     sink: BatchSink,
     checkpoint: str,
     partitions: int,
-    store_config: StoreConfig | None = None,
-    trigger: Mapping[str, Any] | None = None,
-    query_name: str | None = None,
-    state_location: str | None = None,
-    progress: Progress | None = None,
     more_outputs: Sequence[tuple[Stream, BatchSink]] = (),
+    **options: Unpack[QueryOptions],
 ) -> RelstateQuery:
     """Start the streaming query of ``pipeline`` (see :meth:`Pipeline.start`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type
 
+    # The one place that reads the options: a misspelt keyword is refused as
+    # Python refuses one, not silently dropped.
+    unknown_options = sorted(set(options) - QueryOptions.__optional_keys__)
+    if unknown_options:
+        raise TypeError(
+            f"unknown query option(s) {unknown_options}; the options are "
+            f"{sorted(QueryOptions.__optional_keys__)}"
+        )
+    store_config = options.get("store_config")
+    trigger = options.get("trigger")
+    query_name = options.get("query_name")
+    state_location = options.get("state_location")
+    progress = options.get("progress")
     outputs = [(output, sink), *more_outputs]
     pipeline.check_complete([o for o, _ in outputs])
     harness_only = [s.name for s in pipeline.sources if s.frame is None]
@@ -675,11 +708,7 @@ def run_operator(
     sink: BatchSink,
     watermarks: Mapping[int, Watermark] | None = None,
     sequence_column: str | None = None,
-    store_config: StoreConfig | None = None,
-    trigger: Mapping[str, Any] | None = None,
-    query_name: str | None = None,
-    state_location: str | None = None,
-    progress: Progress | None = None,
+    **options: Unpack[QueryOptions],
 ) -> RelstateQuery:
     """Run ``operator`` over one or two streaming DataFrames: a one-stage
     :class:`~operators.Pipeline`. Returns the running query.
@@ -688,20 +717,16 @@ def run_operator(
     inputs' keys must have one type, in order); rows with equal keys meet in
     one task. ``partitions`` is fixed for the life of the checkpoint.
     ``checkpoint`` holds Spark's own stream checkpoint (``checkpoint/spark``)
-    and, unless ``state_location`` is given, the operator's state
-    (``checkpoint/state``); ``state_location`` puts the state (and the batch
-    journal) anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint
-    stays where Spark can write it. ``sink`` receives each batch's output
-    (with the ``row_kind`` column) and its id, and must be idempotent
+    and, unless the ``state_location`` option is given, the operator's state
+    (``checkpoint/state``). ``sink`` receives each batch's output (with the
+    ``row_kind`` column) and its id, and must be idempotent
     (:class:`ParquetSink` is). ``watermarks`` maps an input index to its
     event-time column and delay (default: what ``withWatermark`` set).
     ``sequence_column`` (default: the operator's) orders each partition's
-    rows. ``trigger`` is Spark's (``{"processingTime": "5 seconds"}``,
-    ``{"availableNow": True}``, ``{"once": True}``); ``query_name`` names the
-    query (and its jobs in the Spark UI). ``progress`` is called with each
-    finished batch's summary (default: one line on stderr when it is a
-    terminal). relstate's log events follow :func:`statestore.configure_logging`
-    (or ``RELSTATE_LOG``) on the driver, in the Python workers too.
+    rows. ``options`` are :class:`QueryOptions` (``trigger``, ``query_name``,
+    ``store_config``, ``state_location``, ``progress``). relstate's log events
+    follow :func:`statestore.configure_logging` (or ``RELSTATE_LOG``) on the
+    driver, in the Python workers too.
     """
     frames: list[DataFrame] = [inputs] if not isinstance(inputs, Sequence) else list(inputs)
     if len(frames) != len(operator.inputs):
@@ -720,15 +745,4 @@ def run_operator(
         for i, f in enumerate(frames)
     ]
     result = pipeline.stage(operator, *streams, keys=keys)
-    return start(
-        pipeline,
-        result,
-        sink,
-        checkpoint,
-        partitions,
-        store_config=store_config,
-        trigger=trigger,
-        query_name=query_name,
-        state_location=state_location,
-        progress=progress,
-    )
+    return pipeline.start(result, sink, checkpoint, partitions, **options)

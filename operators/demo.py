@@ -62,6 +62,11 @@ __all__ = [
     "build_pipeline",
     "check_java",
     "expected_tables",
+    "join_orders",
+    "materialise",
+    "materialised",
+    "read_batches",
+    "revenue_by",
     "run_demo",
     "segment_table",
     "top_table",
@@ -255,18 +260,28 @@ def write_batches(directory: Path, batches: list[pa.Table], prefix: str = "order
         os.utime(path, (start + i, start + i))
 
 
-def build_pipeline(orders: Any, customers: Any) -> tuple[Pipeline, Stream, Stream]:
-    """The demo's pipeline over the two changelogs (streaming DataFrames, or
-    Arrow schemas for the harness): the pipeline, the revenue per segment and
-    the top customers."""
-    pipeline = Pipeline()
-    order_changes = pipeline.source(orders, name="orders", sequence="seq")
-    customer_changes = pipeline.source(customers, name="customers", sequence="seq")
-    joined = pipeline.stage(
+def read_batches(spark: Any, directory: Path, schema: pa.Schema) -> Any:
+    """The files :func:`write_batches` wrote, with ``schema``, as a streaming
+    DataFrame that takes one file per micro-batch."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return (
+        spark.readStream.schema(from_arrow_schema(schema))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(directory))
+    )
+
+
+def join_orders(pipeline: Pipeline, orders: Stream, customers: Stream) -> Stream:
+    """The stage that joins order changes with their customer's: a changelog
+    inner :class:`~operators.join.StreamingJoin` on ``customer`` (a customer
+    who changes segment takes every order along), its columns ``o_*`` and
+    ``c_*``. The demo's first stage, and the bench's and tests' too."""
+    return pipeline.stage(
         StreamingJoin(
             "inner",
-            order_changes.schema,
-            customer_changes.schema,
+            orders.schema,
+            customers.schema,
             ["customer"],
             ["customer"],
             left_unique_key=["order_id"],
@@ -274,24 +289,36 @@ def build_pipeline(orders: Any, customers: Any) -> tuple[Pipeline, Stream, Strea
             left_prefix="o_",
             right_prefix="c_",
         ),
-        order_changes,
-        customer_changes,
+        orders,
+        customers,
         keys=["customer"],
     )
-    per_segment = GroupAggregate(
-        joined.schema,
-        group_by=["c_segment"],
+
+
+def revenue_by(joined: pa.Schema, group_by: list[str], name: str) -> GroupAggregate:
+    """Orders and revenue (the sum of ``o_amount``) per ``group_by`` of the
+    joined changelog :func:`join_orders` gives."""
+    return GroupAggregate(
+        joined,
+        group_by=group_by,
         aggregates=[Aggregate.count(name="orders"), Aggregate.sum("o_amount", "revenue")],
         changelog=True,
-        name="segment_revenue",
+        name=name,
     )
+
+
+def build_pipeline(orders: Any, customers: Any) -> tuple[Pipeline, Stream, Stream]:
+    """The demo's pipeline over the two changelogs (streaming DataFrames, or
+    Arrow schemas for the harness): the pipeline, the revenue per segment and
+    the top customers."""
+    pipeline = Pipeline()
+    order_changes = pipeline.source(orders, name="orders", sequence="seq")
+    customer_changes = pipeline.source(customers, name="customers", sequence="seq")
+    joined = join_orders(pipeline, order_changes, customer_changes)
+    per_segment = revenue_by(joined.schema, ["c_segment"], "segment_revenue")
     segments = pipeline.stage(per_segment, joined, keys=list(per_segment.key_columns))
-    per_customer = GroupAggregate(
-        joined.schema,
-        group_by=["o_currency", "c_customer", "c_segment"],
-        aggregates=[Aggregate.count(name="orders"), Aggregate.sum("o_amount", "revenue")],
-        changelog=True,
-        name="customer_revenue",
+    per_customer = revenue_by(
+        joined.schema, ["o_currency", "c_customer", "c_segment"], "customer_revenue"
     )
     customers_revenue = pipeline.stage(per_customer, joined, keys=list(per_customer.key_columns))
     top = TopN(
@@ -355,9 +382,7 @@ def run_demo(config: DemoConfig) -> bool:
     print("  starting Spark (local[2,3]) ...", flush=True)
     spark = local_spark("relstate-demo")
     orders, customers = (
-        spark.readStream.schema(_spark_schema(schema))
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(source / name))
+        read_batches(spark, source / name, schema)
         for name, schema in (("orders", ORDERS), ("customers", CUSTOMERS))
     )
     pipeline, segments, top = build_pipeline(orders, customers)
@@ -428,14 +453,18 @@ _LATEST = (
 )
 
 
-def materialise(rows: Iterable[Any], columns: list[str]) -> list[tuple[Any, ...]]:
-    """An output changelog's current rows: what it adds minus what it
-    retracts, as multisets, whatever the row order."""
+def materialised(rows: Iterable[Any], columns: list[str]) -> Counter[tuple[Any, ...]]:
+    """The multiset of ``columns`` an output changelog's rows leave: each
+    accumulation counts up, each retraction down, whatever the row order."""
     net: Counter[tuple[Any, ...]] = Counter()
     for r in rows:
-        row = tuple(r[c] for c in columns)
-        net[row] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
-    return sorted(row for row, n in net.items() for _ in range(max(n, 0)))
+        net[tuple(r[c] for c in columns)] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
+    return +net
+
+
+def materialise(rows: Iterable[Any], columns: list[str]) -> list[tuple[Any, ...]]:
+    """An output changelog's current rows (:func:`materialised`), sorted."""
+    return sorted(materialised(rows, columns).elements())
 
 
 def segment_table(rows: Iterable[tuple[str, int, int]]) -> list[str]:
@@ -461,12 +490,6 @@ def top_table(rows: Iterable[tuple[str, str, int, int]]) -> list[str]:
     for rank, (customer, segment, orders, revenue) in enumerate(ranked, 1):
         lines.append(f"  {rank:>4}  {customer:<16}{segment:<14}{orders:>8}{revenue / 100:>14,.2f}")
     return lines
-
-
-def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 def _report(

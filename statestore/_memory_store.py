@@ -10,21 +10,21 @@ harness run on it; :meth:`StateStore.in_memory` makes one.
 from __future__ import annotations
 
 import time
-import types
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from encoding import TableSchema
 from statestore._checkpoint import check_version
 from statestore._config import CommitInfo, LoadInfo
 from statestore._memory import MemoryBackend
+from statestore._store_tables import StoreTables
 from statestore._table import ConsistencyMode, StateTable, check_tables, prepare_tables
-from statestore.errors import EpochError, StoreStateError, VersionNotFoundError
+from statestore.errors import EpochError, VersionNotFoundError
 
 __all__ = ["MemoryStateStore"]
 
 
-class MemoryStateStore:
+class MemoryStateStore(StoreTables):
     """The versioned state of one operator partition, in memory.
 
     Every committed version stays loadable (a copy of the backend each), so a
@@ -53,43 +53,12 @@ class MemoryStateStore:
 
     # -- accessors ----------------------------------------------------------------------
 
-    @property
-    def version(self) -> int | None:
-        """The version loaded or last committed (``None``: the empty state)."""
-        self._require_loaded()
-        return self._head
-
-    @property
-    def commit_id(self) -> str | None:
-        """The commit id of :attr:`version`."""
-        self._require_loaded()
-        return None if self._head is None else self._versions[self._head][1]
-
-    @property
-    def tables(self) -> Mapping[str, StateTable]:
-        """The state tables by name."""
-        self._require_loaded()
-        return types.MappingProxyType(self._tables)
-
-    def table(self, name: str) -> StateTable:
-        """The state table called ``name``."""
-        self._require_loaded()
-        try:
-            return self._tables[name]
-        except KeyError:
-            raise KeyError(
-                f"no state table {name!r}; this store has {sorted(self._tables)}"
-            ) from None
+    def _head_commit(self) -> tuple[int, str] | None:
+        return None if self._head is None else (self._head, self._versions[self._head][1])
 
     def versions(self) -> list[int]:
         """The versions that can be loaded, ascending."""
         return sorted(self._versions)
-
-    def _require_loaded(self) -> None:
-        if self._closed:
-            raise StoreStateError("the state store is closed; create a new one")
-        if not self._loaded:
-            raise StoreStateError("the state store has no loaded version: call load(version) first")
 
     # -- load and commit ------------------------------------------------------------------
 
@@ -97,8 +66,7 @@ class MemoryStateStore:
         """Make the tables hold exactly the state after ``version`` committed
         (``None``: the empty state), dropping any uncommitted writes; a
         version never committed raises :class:`VersionNotFoundError`."""
-        if self._closed:
-            raise StoreStateError("the state store is closed; create a new one")
+        self._require_open()
         started = time.perf_counter()
         if version is None:
             if commit_id is not None:
@@ -179,9 +147,6 @@ class MemoryStateStore:
             memory_used_bytes=0,
         )
 
-    def _total_rows(self) -> int:
-        return sum(t.row_count for t in self._tables.values())
-
     # -- abort and close ----------------------------------------------------------------
 
     def abort(self) -> None:
@@ -200,12 +165,6 @@ class MemoryStateStore:
         self._versions = {}
         self._loaded = False
         self._closed = True
-
-    def __enter__(self) -> MemoryStateStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         if self._closed:

@@ -7,7 +7,7 @@ table writes them as they are and a strict-mode check compares bytes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, KeysView
+from collections.abc import Iterator, KeysView, Sequence
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -93,6 +93,14 @@ class MemTable:
 
     def __contains__(self, key: bytes) -> bool:
         return key in self._new
+
+    def lookup_many(self, keys: Sequence[bytes]) -> list[object]:
+        """:meth:`lookup` of many keys."""
+        new = self._new
+        if not new:
+            return [UNTOUCHED] * len(keys)
+        get = new.get
+        return [get(k, UNTOUCHED) for k in keys]
 
     def lookup(self, key: bytes) -> object:
         """The row ``key`` has after the epoch so far: bytes, ``None`` when the
@@ -195,6 +203,19 @@ class MemTable:
                 self._unsorted.extend(keys)
             return []
         return [k for k, v in zip(keys, values, strict=True) if not self.insert(k, v)]
+
+    def update_many(self, keys: list[bytes], olds: list[bytes], values: list[bytes]) -> list[bytes]:
+        """Record updates from ``olds`` to ``values`` at ``keys``; returns the
+        keys whose update was a conflict. Distinct keys the epoch has not
+        touched go in one pass, the common case of a batch of changed rows."""
+        new = self._new
+        if new.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            new.update(zip(keys, values, strict=True))
+            self._old.update(zip(keys, olds, strict=True))
+            if self._sorted is not None:
+                self._unsorted.extend(keys)
+            return []
+        return [k for k, o, v in zip(keys, olds, values, strict=True) if not self.update(k, o, v)]
 
     def delete_many(self, keys: list[bytes], olds: list[bytes]) -> list[bytes]:
         """Record deletes of ``olds`` at ``keys``, which must be distinct;

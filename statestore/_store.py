@@ -17,9 +17,8 @@ only a cache of the checkpoint. The protocol (docs/checkpoints.md):
 from __future__ import annotations
 
 import time
-import types
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from statestore._manifest import ChangelogRef, CommitRef, Manifest, SnapshotRef
 from statestore._memory_store import MemoryStateStore
 from statestore._metadata import TableMeta, check_compatible
 from statestore._rocksdb import RocksDBBackend
+from statestore._store_tables import StoreTables
 from statestore._table import ConsistencyMode, StateTable, check_tables, prepare_tables
 from statestore._transfer import (
     ChecksumCache,
@@ -56,7 +56,7 @@ def _now_ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-class StateStore:
+class StateStore(StoreTables):
     """The versioned state of one operator partition.
 
     ``location`` is any path or URI ``pyarrow.fs`` understands (or a path on
@@ -126,33 +126,8 @@ class StateStore:
         """This store's local directory (the RocksDB cache)."""
         return self._local.path
 
-    @property
-    def version(self) -> int | None:
-        """The version loaded or last committed (``None``: the empty state)."""
-        self._require_loaded()
-        return None if self._head is None else self._head.version
-
-    @property
-    def commit_id(self) -> str | None:
-        """The commit id of :attr:`version`."""
-        self._require_loaded()
-        return None if self._head is None else self._head.commit_id
-
-    @property
-    def tables(self) -> Mapping[str, StateTable]:
-        """The state tables by name."""
-        self._require_loaded()
-        return types.MappingProxyType(self._tables)
-
-    def table(self, name: str) -> StateTable:
-        """The state table called ``name``."""
-        self._require_loaded()
-        try:
-            return self._tables[name]
-        except KeyError:
-            raise KeyError(
-                f"no state table {name!r}; this store has {sorted(self._tables)}"
-            ) from None
+    def _head_commit(self) -> tuple[int, str] | None:
+        return None if self._head is None else (self._head.version, self._head.commit_id)
 
     def versions(self) -> list[int]:
         """The versions that can be loaded (that have a manifest), ascending."""
@@ -162,18 +137,6 @@ class StateStore:
         """Name the attempt of ``version`` that counts (see
         :meth:`PartitionCheckpoint.record_winner`)."""
         self.checkpoint.record_winner(version, commit_id)
-
-    def _require_open(self) -> None:
-        if self._closed:
-            raise StoreStateError("the state store is closed; create a new one")
-
-    def _require_loaded(self) -> None:
-        self._require_open()
-        if not self._loaded:
-            raise StoreStateError(
-                "the state store has no loaded version: call load(version) first (a "
-                "failed load or an abort that could not restore state also clears it)"
-            )
 
     # -- load -------------------------------------------------------------------------------
 
@@ -549,9 +512,6 @@ class StateStore:
         except Exception as exc:  # the version is committed; never fail the commit
             self._log.warning("state_store.cleanup_failed", error=repr(exc))
 
-    def _total_rows(self) -> int:
-        return sum(t.row_count for t in self._tables.values())
-
     def _memory(self) -> int:
         return 0 if self._backend is None else self._backend.memory_usage()
 
@@ -594,12 +554,6 @@ class StateStore:
             self._loaded = False
             self._closed = True
             self._local.unlock()
-
-    def __enter__(self) -> StateStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = (

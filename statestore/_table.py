@@ -11,10 +11,12 @@ import enum
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import islice
+from operator import itemgetter, lt
 from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from encoding import (
     EncodingError,
@@ -193,7 +195,8 @@ class StateTable:
         return self.values.get(key)
 
     def _stored_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        found = self.values.get_many(keys)
+        stored_rows = self.metrics.committed_rows + self._spilled_delta
+        found = _read_many(self.values, keys, stored_rows)
         if self._range_deletes:
             found = [
                 None if self._in_range_delete(k) else v for k, v in zip(keys, found, strict=True)
@@ -513,10 +516,8 @@ class StateTable:
             # Only a strict check compares old rows; the MemTable needs to
             # know that the key existed, not what it held.
             olds = [b""] * len(keys)
-        update = self._mem.update
-        for key, old, value in zip(keys, olds, values, strict=True):
-            if not update(key, old, value):
-                self._relaxed("update of a row deleted in this epoch", key)
+        for key in self._mem.update_many(keys, olds, values):
+            self._relaxed("update of a row deleted in this epoch", key)
         self.metrics.updated += len(keys)
         self._maybe_spill()
 
@@ -549,10 +550,40 @@ class StateTable:
         the rows found, in order, as one Arrow batch, and for each key whether
         it was found. One multi-get for the keys the MemTable does not answer."""
         keys = self.keys.encode_batch(pks)
+        scanned = self._scan_batch(pks, keys)
+        if scanned is not None:
+            return scanned
         current = self._current_many(keys)
         found = [c for c in current if c is not None]
         mask = pa.array([c is not None for c in current], type=pa.bool_())
         return self.rows.decode_batch(found), mask
+
+    def _scan_batch(
+        self, pks: pa.RecordBatch | pa.Table, keys: list[bytes]
+    ) -> tuple[pa.RecordBatch, pa.BooleanArray] | None:
+        """:meth:`get_batch` by one scan of the keys' span, decoded at once and
+        matched in Arrow, when it is the fastest way: the keys are many of the
+        stored rows (see :func:`_read_many`), the epoch has touched nothing,
+        and the key is one column whose Arrow equality is its encoding's
+        (not a float: -0.0 and NaN). ``None`` otherwise."""
+        if (
+            self._mem
+            or self._range_deletes
+            or self._n_key != 1
+            or len(keys) < _SORT_FROM
+            or len(keys) * _SCAN_RATIO < self.metrics.committed_rows + self._spilled_delta
+        ):
+            return None
+        name = self.schema.key_names[0]
+        column = pks.column(name)
+        if column.type != self.schema.columns.field(name).type or not _arrow_equal(column.type):
+            return None
+        values = self.values.read_values(min(keys), prefix_successor(max(keys)))
+        stored = self.rows.decode_batch(values)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        at = pc.index_in(column, value_set=stored.column(name), skip_nulls=False)
+        return stored.take(at.drop_null()), pc.is_valid(at)
 
     def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
         """Whether a row is stored under each primary key of ``pks`` (key
@@ -577,8 +608,9 @@ class StateTable:
     def _current_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """:meth:`_current` of many keys: one multi-get for those the MemTable
         has not touched."""
-        lookup = self._mem.lookup
-        out: list[Any] = [lookup(k) for k in keys]
+        if not self._mem:  # the epoch's first reads: storage alone answers
+            return self._stored_many(keys)
+        out: list[Any] = self._mem.lookup_many(keys)
         missing = [i for i, v in enumerate(out) if v is UNTOUCHED]
         if missing:
             stored = self._stored_many([keys[i] for i in missing])
@@ -755,6 +787,53 @@ def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
     if not indices:
         return lambda row: ()
     return itemgetter(*indices)
+
+
+#: From this many keys a multi-get is made in key order, or made a scan.
+_SORT_FROM = 64
+#: A multi-get is made a scan of the keys' span when it asks for at least
+#: one row in this many of those stored: a scan reads a row in about a third
+#: of the time a multi-get finds one (measured on RocksDB, sorted keys).
+_SCAN_RATIO = 3
+
+
+def _arrow_equal(typ: pa.DataType) -> bool:
+    """Whether Arrow's equality of ``typ`` values is that of their encoded keys."""
+    t = pa.types
+    return bool(
+        t.is_integer(typ)
+        or t.is_string(typ)
+        or t.is_large_string(typ)
+        or t.is_binary(typ)
+        or t.is_large_binary(typ)
+        or t.is_boolean(typ)
+        or t.is_date(typ)
+        or t.is_timestamp(typ)
+    )
+
+
+def _read_many(values: TableValues, keys: Sequence[bytes], stored_rows: int) -> list[bytes | None]:
+    """``values.get_many(keys)``, read the fastest way: when the keys are
+    many of the stored rows (an aggregate touching most of its groups in a
+    batch), one scan from the least key to the greatest; else a multi-get
+    of the keys in key order, as RocksDB's multi-get of sorted keys takes
+    about half the time of one of keys in random order (each lookup lands
+    near the last), more than the sort costs."""
+    n = len(keys)
+    if n < _SORT_FROM:
+        return values.get_many(keys)
+    if n * _SCAN_RATIO >= stored_rows:
+        span = values.read_range(min(keys), prefix_successor(max(keys)), False)
+        get = dict(span).get
+        return [get(k) for k in keys]
+    if all(map(lt, keys, islice(keys, 1, None))):
+        return values.get_many(keys)
+    order = sorted(range(n), key=keys.__getitem__)
+    found = values.get_many([keys[i] for i in order])
+    out: list[bytes | None] = [None] * n
+    for i, value in zip(order, found, strict=True):
+        out[i] = value
+    return out
 
 
 def prepare_tables(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,8 @@ class Timed:
     rows: dict[str, int]
     #: Where the query wrote its output.
     path: str = ""
+    #: relstate's batches (their metrics), for where its time went.
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Sides:
@@ -168,7 +170,8 @@ class Sides:
     def relstate(self, source: Path, schema: pa.Schema, operator: Any, keys: list[str]) -> Timed:
         """``operator`` through relstate's runner, the source read with
         ``schema`` (:data:`CHANGELOG` for a changelog: without its row-kind
-        column every row would be an insert); its output rows by kind."""
+        column every row would be an insert); its output rows by kind (none
+        counted for an operator that emits nothing, such as ``Discard``)."""
         work = self._work("relstate")
         began = time.perf_counter()
         query = run_operator(
@@ -182,8 +185,12 @@ class Sides:
         )
         query.awaitTermination()
         seconds = time.perf_counter() - began
+        history = [dict(h) for h in query.history]
+        if not any(int(h["metrics"].get("numOutputRows", 0)) for h in history):
+            return Timed(seconds, {}, "", history)
         counts = self.spark.read.parquet(str(work / "output")).groupBy(ROW_KIND).count()
-        return Timed(seconds, {r[0]: int(r[1]) for r in counts.collect()}, str(work / "output"))
+        rows = {r[0]: int(r[1]) for r in counts.collect()}
+        return Timed(seconds, rows, str(work / "output"), history)
 
     def spark_update_mode(self, source: Path, aggregate: Callable[[Any], Any]) -> Timed:
         """Spark's streaming aggregation in update mode, each batch's updated

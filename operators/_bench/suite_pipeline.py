@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import median
@@ -29,40 +29,37 @@ from typing import Any
 
 import pyarrow as pa
 
+from operators._bench.revenue_pipeline import (
+    CUSTOMERS,
+    ORDERS,
+    build,
+    revenue_query,
+    segment_revenue,
+    sources,
+    write_changes,
+)
 from operators._bench.versus import Comparison, SuiteResult, runs
-from operators._changelog import ROW_KIND, RowKind
-from operators._pipeline import Pipeline, Stream
-from operators._runner import RelstateQuery, job_group, run_operator
+from operators._changelog import ROW_KIND
+from operators._pipeline import Pipeline
+from operators._runner import RelstateQuery, job_group
 from operators._sinks import ParquetSink
-from operators.aggregate import Aggregate, GroupAggregate
-from operators.demo import write_batches
-from operators.join import StreamingJoin
+from operators.demo import join_orders, materialised
 
 __all__ = [
     "JobCounter",
     "Plan",
     "Workload",
-    "materialised",
+    "committed_result",
     "one_query",
     "run",
     "two_queries",
     "workload",
 ]
 
-ORDERS = pa.schema(
-    [
-        ("order_id", pa.int64()),
-        ("customer", pa.int64()),
-        ("amount", pa.int64()),
-        ("seq", pa.int64()),
-    ]
-)
-CUSTOMERS = pa.schema([("customer", pa.int64()), ("segment", pa.string()), ("seq", pa.int64())])
 #: The aggregate's output columns, as its sink holds them.
 REVENUE = ["c_segment", "orders", "revenue"]
 BASELINE = "the same two stages as two chained queries"
 SEGMENTS = 8
-EMIT_ORDER = "emit_order"
 #: On a machine loaded far past its cores a Python worker can start too
 #: slowly for Spark (it waits 10 s for it to connect back) and the query
 #: fails before its first batch: such a run is started again, once.
@@ -171,64 +168,18 @@ def _table(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.Table:
     )
 
 
-def materialised(sink: ParquetSink) -> Counter[tuple[Any, ...]]:
-    """The rows the sink's committed changelog leaves (accumulations count
-    up, retractions down), read without Spark."""
-    net: Counter[tuple[Any, ...]] = Counter()
-    for batch in sink.committed():
-        for file in sink.committed_files(batch):
-            table = sink.read_part(file)
-            columns = [table.column(c).to_pylist() for c in (*REVENUE, ROW_KIND)]
-            for *row, kind in zip(*columns, strict=True):
-                net[tuple(row)] += 1 if RowKind(kind).is_accumulate else -1
-    return +net
+def committed_result(sink: ParquetSink) -> Counter[tuple[Any, ...]]:
+    """The rows the sink's committed changelog leaves, read without Spark."""
+    rows = [
+        row
+        for batch in sink.committed()
+        for file in sink.committed_files(batch)
+        for row in sink.read_part(file).to_pylist()
+    ]
+    return materialised(rows, REVENUE)
 
 
 # -- the two variants --------------------------------------------------------------------
-
-
-def _join(pipeline: Pipeline, orders: Stream, customers: Stream) -> Stream:
-    return pipeline.stage(
-        StreamingJoin(
-            "inner",
-            orders.schema,
-            customers.schema,
-            ["customer"],
-            ["customer"],
-            left_unique_key=["order_id"],
-            right_unique_key=["customer"],
-            left_prefix="o_",
-            right_prefix="c_",
-        ),
-        orders,
-        customers,
-        keys=["customer"],
-    )
-
-
-def _revenue(joined: pa.Schema) -> GroupAggregate:
-    return GroupAggregate(
-        joined,
-        group_by=["c_segment"],
-        aggregates=[Aggregate.count(name="orders"), Aggregate.sum("o_amount", "revenue")],
-        name="revenue",
-    )
-
-
-def _sources(spark: Any, inputs: Path, pipeline: Pipeline) -> tuple[Stream, Stream]:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    streams = []
-    for name, schema in (("orders", ORDERS), ("customers", CUSTOMERS)):
-        frame = (
-            spark.readStream.schema(
-                from_arrow_schema(schema.append(pa.field(ROW_KIND, pa.string())))
-            )
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(inputs / name))
-        )
-        streams.append(pipeline.source(frame, name, sequence="seq"))
-    return streams[0], streams[1]
 
 
 @dataclass(frozen=True)
@@ -294,8 +245,7 @@ def _timed(
 def one_query(spark: Any, jobs: JobCounter, inputs: Path, work: Path, name: str) -> _Run:
     """Both stages in one pipeline query, to the end of the input."""
     pipeline = Pipeline()
-    joined = _join(pipeline, *_sources(spark, inputs, pipeline))
-    revenue = pipeline.stage(_revenue(joined.schema), joined, keys=["c_segment"])
+    _, revenue = build(pipeline, *sources(spark, inputs, pipeline))
     sink = ParquetSink(str(work / "revenue"))
     query = _timed(
         spark,
@@ -311,16 +261,14 @@ def one_query(spark: Any, jobs: JobCounter, inputs: Path, work: Path, name: str)
             query_name=name,
         ),
     )
-    return _Run((query,), materialised(sink))
+    return _Run((query,), committed_result(sink))
 
 
 def two_queries(spark: Any, jobs: JobCounter, inputs: Path, work: Path, name: str) -> _Run:
     """The join in one query, then the aggregate in a second that starts
     when the first has ended and reads its committed output as a stream."""
-    from pyspark.sql.types import LongType, StructField, StructType
-
     pipeline = Pipeline()
-    joined = _join(pipeline, *_sources(spark, inputs, pipeline))
+    joined = join_orders(pipeline, *sources(spark, inputs, pipeline))
     join_sink = ParquetSink(str(work / "joined"))
     first = _timed(
         spark,
@@ -339,44 +287,19 @@ def two_queries(spark: Any, jobs: JobCounter, inputs: Path, work: Path, name: st
     sink = ParquetSink(str(work / "revenue"))
 
     def second_query() -> RelstateQuery:
-        read = (
-            spark.readStream.format("relstate-output")
-            .option("maxBatchesPerTrigger", 1)
-            .load(join_sink.path)
-            .drop("batch")
-        )
-        ordered = StructType([*read.schema.fields, StructField(EMIT_ORDER, LongType())])
-        return run_operator(
-            read.mapInArrow(_with_emit_order, ordered),
-            _revenue(joined.schema),
-            keys=["c_segment"],
+        return revenue_query(
+            spark,
+            join_sink.path,
+            segment_revenue(joined.schema),
             partitions=FULL.partitions,
             checkpoint=str(work / "checkpoint2"),
             sink=sink,
-            sequence_column=EMIT_ORDER,
             trigger={"availableNow": True},
             query_name=f"{name}_revenue",
         )
 
     second = _timed(spark, jobs, f"{name}_revenue", ["revenue"], second_query)
-    return _Run((first, second), materialised(sink))
-
-
-def _with_emit_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each row with its input partition and position, as one number: the
-    order the join's partitions emitted it (one input partition per part)."""
-    import numpy as np
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    assert context is not None
-    position = context.partitionId() << 40
-    for batch in batches:
-        order = pa.array(np.arange(position, position + batch.num_rows, dtype=np.int64))
-        position += batch.num_rows
-        yield pa.RecordBatch.from_arrays(
-            [*batch.columns, order], names=[*batch.schema.names, EMIT_ORDER]
-        )
+    return _Run((first, second), committed_result(sink))
 
 
 # -- the suite ---------------------------------------------------------------------------
@@ -442,12 +365,10 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
     progress("writing the changes")
     data = workload(plan)
     inputs = workdir / "input"
-    write_batches(inputs / "orders", data.orders, prefix="part")
-    write_batches(inputs / "customers", data.customers, prefix="part")
+    write_changes(inputs, list(zip(data.orders, data.customers, strict=True)))
     warm_data = workload(WARM, seed=1)
     warm = workdir / "warm-input"
-    write_batches(warm / "orders", warm_data.orders, prefix="part")
-    write_batches(warm / "customers", warm_data.customers, prefix="part")
+    write_changes(warm, list(zip(warm_data.orders, warm_data.customers, strict=True)))
     progress("starting Spark")
     spark = local_spark(
         "relstate-bench-pipeline", {"spark.sql.shuffle.partitions": str(plan.partitions)}

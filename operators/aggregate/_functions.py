@@ -84,37 +84,43 @@ class Aggregate:
     function: AggregateFunction | None = None
 
     @classmethod
+    def _of(cls, kind: Kind, column: str, name: str | None) -> Aggregate:
+        """The built-in ``kind`` of ``column``, named ``name`` or by default
+        ``<kind>_<column>`` (``sum_amount``, ``count_distinct_customer``)."""
+        return cls(kind, column, name or f"{kind.name.lower()}_{column}")
+
+    @classmethod
     def count(cls, column: str | None = None, name: str | None = None) -> Aggregate:
         """``count(*)`` (no column) or ``count(column)``: rows, or rows whose
         ``column`` is not null."""
         if column is None:
             return cls(Kind.COUNT_STAR, None, name or "count")
-        return cls(Kind.COUNT, column, name or f"count_{column}")
+        return cls._of(Kind.COUNT, column, name)
 
     @classmethod
     def sum(cls, column: str, name: str | None = None) -> Aggregate:
         """``sum(column)``: null for a group without a non-null value."""
-        return cls(Kind.SUM, column, name or f"sum_{column}")
+        return cls._of(Kind.SUM, column, name)
 
     @classmethod
     def avg(cls, column: str, name: str | None = None) -> Aggregate:
         """``avg(column)`` as a double: null without a non-null value."""
-        return cls(Kind.AVG, column, name or f"avg_{column}")
+        return cls._of(Kind.AVG, column, name)
 
     @classmethod
     def min(cls, column: str, name: str | None = None) -> Aggregate:
         """``min(column)``, nulls left out."""
-        return cls(Kind.MIN, column, name or f"min_{column}")
+        return cls._of(Kind.MIN, column, name)
 
     @classmethod
     def max(cls, column: str, name: str | None = None) -> Aggregate:
         """``max(column)``, nulls left out."""
-        return cls(Kind.MAX, column, name or f"max_{column}")
+        return cls._of(Kind.MAX, column, name)
 
     @classmethod
     def count_distinct(cls, column: str, name: str | None = None) -> Aggregate:
         """``count(distinct column)``: distinct non-null values."""
-        return cls(Kind.COUNT_DISTINCT, column, name or f"count_distinct_{column}")
+        return cls._of(Kind.COUNT_DISTINCT, column, name)
 
     @classmethod
     def custom(cls, function: AggregateFunction, column: str, name: str) -> Aggregate:

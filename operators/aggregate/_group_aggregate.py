@@ -18,6 +18,7 @@ written once, and its result emitted only if it changed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,8 @@ __all__ = ["GroupAggregate"]
 Row = tuple[Any, ...]
 
 
+#: Milliseconds of the batch's fold and state writes at its close (the join's name).
+STORE_TIME = "storeTimeMs"
 _ROWS = "__rows"
 _VALUE = "__value"
 _COUNT = "__n"
@@ -173,7 +176,14 @@ class GroupAggregate(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         """Fold the micro-batch per group, update the state of each group it
-        touched once, and emit the results that changed."""
+        touched once, and emit the results that changed; the time it takes
+        counts in ``storeTimeMs`` (the runner's ``allUpdatesTimeMs`` times
+        only the gathering)."""
+        started = time.perf_counter_ns()
+        self._close(ctx)
+        ctx.count(STORE_TIME, (time.perf_counter_ns() - started) // 1_000_000)
+
+    def _close(self, ctx: OperatorContext) -> None:
         batch = self._pending.take(ctx)
         if batch is None:
             return
@@ -202,7 +212,7 @@ class GroupAggregate(Operator):
         finish_per_group(self, ctx, results, touched, stored, customs)
 
     def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> Touched:
-        """The touched groups, in order of first arrival, with each summed
+        """The touched groups, in key order, with each summed
         aggregate's delta and each append-only min / max's batch extreme."""
         columns: dict[str, pa.Array] = {
             f"__g{j}": key_equal_values(batch.column(k)) for j, k in enumerate(self.key_columns)
@@ -226,6 +236,11 @@ class GroupAggregate(Operator):
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
+        # In key order, the groups' reads and writes find their places in
+        # RocksDB near the last one: a multi-get of sorted keys takes about
+        # half the time of one of keys in arrival order.
+        if folded.num_rows > 1:
+            folded = folded.sort_by([(g, "ascending") for g in groups])
         return Touched(folded, groups)
 
     def _apply_extremes(

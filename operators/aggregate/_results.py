@@ -29,8 +29,8 @@ Row = tuple[Any, ...]
 
 
 class Touched:
-    """A batch's effect on its groups (by group index, in order of first
-    arrival): the folded batch, one row per group, and what the
+    """A batch's effect on its groups (by group index, in key order): the
+    folded batch, one row per group, and what the
     materialized inputs found."""
 
     def __init__(self, folded: pa.Table, groups: list[str]) -> None:

@@ -1,20 +1,19 @@
-"""A two-stage pipeline for the tests: orders joined with customers (a
-changelog ``StreamingJoin`` on the customer), then revenue per segment (a
-running aggregate over the join's changelog); random changelogs of both, and
-the materialisation of a changelog."""
+"""The bench's two-stage pipeline (``operators/_bench/revenue_pipeline.py``:
+orders joined with customers, a changelog ``StreamingJoin`` on the customer,
+then revenue per segment) as the tests run it, with a running aggregate of
+their own as the revenue stage; and random changelogs of both tables."""
 
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 
-from operators import Pipeline, RowKind, Stream
+from operators import Pipeline, Stream
+from operators._bench import revenue_pipeline
+from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
 from operators.examples import RunningAggregate
-from operators.join import StreamingJoin
 
 
 def _pickle_by_value() -> None:
@@ -29,15 +28,7 @@ def _pickle_by_value() -> None:
 
 _pickle_by_value()
 
-ORDERS = pa.schema(
-    [
-        ("order_id", pa.int64()),
-        ("customer", pa.int64()),
-        ("amount", pa.int64()),
-        ("seq", pa.int64()),
-    ]
-)
-CUSTOMERS = pa.schema([("customer", pa.int64()), ("segment", pa.string()), ("seq", pa.int64())])
+KINDS = pa.field("row_kind", pa.string())
 
 
 class SegmentRevenue(RunningAggregate):
@@ -49,21 +40,18 @@ class SegmentRevenue(RunningAggregate):
 
 
 def build(pipeline: Pipeline, orders: Stream, customers: Stream) -> tuple[Stream, Stream]:
-    """The join stage and the revenue stage on ``pipeline``."""
-    join = StreamingJoin(
-        "inner",
-        orders.schema,
-        customers.schema,
-        ["customer"],
-        ["customer"],
-        left_unique_key=["order_id"],
-        right_unique_key=["customer"],
-        left_prefix="o_",
-        right_prefix="c_",
-    )
-    joined = pipeline.stage(join, orders, customers, keys=["customer"])
-    revenue = pipeline.stage(SegmentRevenue(), joined, keys=["c_segment"])
-    return joined, revenue
+    """The join stage and the revenue stage (:class:`SegmentRevenue`) on ``pipeline``."""
+    return revenue_pipeline.build(pipeline, orders, customers, SegmentRevenue())
+
+
+def harness_pipeline() -> tuple[Pipeline, Stream, Stream]:
+    """The pipeline over the two changelogs' Arrow schemas, for the harness:
+    the pipeline, the join's stream and the revenue's."""
+    pipeline = Pipeline()
+    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
+    customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
+    joined, revenue = build(pipeline, orders, customers)
+    return pipeline, joined, revenue
 
 
 def changes(seed: int, batches: int) -> list[tuple[pa.Table, pa.Table]]:
@@ -115,20 +103,10 @@ def changes(seed: int, batches: int) -> list[tuple[pa.Table, pa.Table]]:
                     del orders[oid]
                 else:
                     orders[oid] = row
-        with_kind = pa.field("row_kind", pa.string())
         out.append(
             (
-                pa.Table.from_pylist(o_rows, schema=ORDERS.append(with_kind)),
-                pa.Table.from_pylist(c_rows, schema=CUSTOMERS.append(with_kind)),
+                pa.Table.from_pylist(o_rows, schema=ORDERS.append(KINDS)),
+                pa.Table.from_pylist(c_rows, schema=CUSTOMERS.append(KINDS)),
             )
         )
     return out
-
-
-def materialised(rows: Iterable[dict[str, Any]], columns: list[str]) -> Counter[tuple[Any, ...]]:
-    """The multiset of rows a changelog leaves (accumulations count up,
-    retractions down)."""
-    net: Counter[tuple[Any, ...]] = Counter()
-    for r in rows:
-        net[tuple(r[c] for c in columns)] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
-    return +net

@@ -8,21 +8,18 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _pipeline_work import CUSTOMERS, ORDERS, SegmentRevenue, build, changes, materialised
+from _pipeline_work import SegmentRevenue, changes, harness_pipeline
 
 from operators import InputError, Operator, OperatorContext, Pipeline, RowKind, Watermark
+from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
 from operators._spark_hash import spark_partition
+from operators.demo import materialised
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness, PipelineHarness
 
-KINDS = pa.field("row_kind", pa.string())
-
 
 def _revenue_pipeline() -> tuple[Pipeline, str, str]:
-    pipeline = Pipeline()
-    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
-    customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
-    joined, revenue = build(pipeline, orders, customers)
+    pipeline, joined, revenue = harness_pipeline()
     return pipeline, joined.name, revenue.name
 
 
@@ -95,6 +92,14 @@ class TestBuildErrors:
             pipeline.source(ORDERS, "a", watermark=Watermark("ts", 10))
         with pytest.raises(InputError, match="must be an integer"):
             pipeline.source(CUSTOMERS, "b", sequence="segment")
+
+    def test_unknown_start_option(self) -> None:
+        """A misspelt query option is refused as Python refuses a keyword, naming the options."""
+        pipeline = Pipeline()
+        stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
+        output = pipeline.stage(RunningAggregate(), stream, keys=["key"])
+        with pytest.raises(TypeError, match=r"\['triger'\]; the options are .*'trigger'"):
+            pipeline.start(output, print, "/nowhere", 1, triger={"once": True})  # type: ignore[call-arg]
 
 
 class TestPipelineHarness:

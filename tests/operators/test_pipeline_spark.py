@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _pipeline_job import run, streams, write_changes
-from _pipeline_work import CUSTOMERS, ORDERS, build, changes
+from _pipeline_job import run
+from _pipeline_work import SegmentRevenue, build, changes, harness_pipeline
 from pyarrow.fs import LocalFileSystem
 
 from operators import (
@@ -27,7 +27,9 @@ from operators import (
     run_operator,
     stage_progress,
 )
+from operators._bench.revenue_pipeline import revenue_query, sources, write_changes
 from operators._journal import Journal
+from operators.demo import join_orders
 from operators.examples import RunningAggregate
 from operators.testing import PipelineHarness
 from statestore import PartitionCheckpoint
@@ -45,7 +47,6 @@ def _pickle_by_value() -> None:
 # Spark's Python workers cannot import this test module: ship _Echo by value.
 _pickle_by_value()
 
-KINDS = pa.field("row_kind", pa.string())
 REVENUE = ["key", "count", "total"]
 HERE = Path(__file__).parent
 
@@ -62,10 +63,7 @@ def _per_batch(spark: Any, sink: ParquetSink) -> list[Counter[tuple[Any, ...]]]:
 
 def _harness(work: list[tuple[pa.Table, pa.Table]], partitions: int = 3) -> list[Counter[Any]]:
     """The revenue stage's output per batch, run by the harness."""
-    pipeline = Pipeline()
-    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
-    customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
-    _, revenue = build(pipeline, orders, customers)
+    pipeline, _, revenue = harness_pipeline()
     out = []
     with PipelineHarness(pipeline, partitions) as harness:
         for o, c in work:
@@ -95,10 +93,7 @@ class TestTwoStages:
 
         # The same two stages as two queries, the second reading the first's output.
         first = Pipeline()
-        orders_frame, customers_frame = streams(spark, tmp_path)
-        orders = first.source(orders_frame, "orders", sequence="seq")
-        customers = first.source(customers_frame, "customers", sequence="seq")
-        joined_stream = _join_only(first, orders, customers)
+        joined_stream = join_orders(first, *sources(spark, tmp_path, first))
         join_sink = ParquetSink(str(tmp_path / "joined"))
         first.start(
             joined_stream,
@@ -107,30 +102,14 @@ class TestTwoStages:
             3,
             trigger={"availableNow": True},
         ).awaitTermination()
-        # The second query reads the first's committed output one batch per
-        # trigger, in the order the join's partitions emitted it (one input
-        # partition per part, rows in file order), as the one query does.
-        from pyspark.sql.types import LongType, StructField, StructType
-
-        read = (
-            spark.readStream.format("relstate-output")
-            .option("maxBatchesPerTrigger", 1)
-            .load(str(tmp_path / "joined"))
-            .drop("batch")
-        )
-        ordered = StructType([*read.schema.fields, StructField("emit_order", LongType())])
-        joined_frame = read.mapInArrow(_with_emit_order, ordered)
         second_sink = ParquetSink(str(tmp_path / "revenue2"))
-        from _pipeline_work import SegmentRevenue
-
-        run_operator(
-            joined_frame,
+        revenue_query(
+            spark,
+            join_sink.path,
             SegmentRevenue(),
-            keys=["c_segment"],
             partitions=3,
             checkpoint=str(tmp_path / "ck2"),
             sink=second_sink,
-            sequence_column="emit_order",
             trigger={"availableNow": True},
         ).awaitTermination()
         assert _per_batch(spark, second_sink) == got
@@ -142,11 +121,8 @@ class TestTwoStages:
         batch; numOutputRows counts both outputs."""
         work = changes(seed=11, batches=3)
         write_changes(tmp_path, work)
-        orders_frame, customers_frame = streams(spark, tmp_path)
         pipeline = Pipeline()
-        orders = pipeline.source(orders_frame, "orders", sequence="seq")
-        customers = pipeline.source(customers_frame, "customers", sequence="seq")
-        joined, revenue = build(pipeline, orders, customers)
+        joined, revenue = build(pipeline, *sources(spark, tmp_path, pipeline))
         revenue_sink = ParquetSink(str(tmp_path / "revenue"))
         join_sink = ParquetSink(str(tmp_path / "joined"))
         query = pipeline.start(
@@ -160,13 +136,8 @@ class TestTwoStages:
         query.awaitTermination()
         got = _per_batch(spark, revenue_sink)
         assert got == _harness(work)
-        harness = Pipeline()
-        built = build(
-            harness,
-            harness.source(ORDERS.append(KINDS), "orders", sequence="seq"),
-            harness.source(CUSTOMERS.append(KINDS), "customers", sequence="seq"),
-        )
-        columns = list(built[0].schema.names)
+        harness, harness_join, _ = harness_pipeline()
+        columns = list(harness_join.schema.names)
         want = []
         with PipelineHarness(harness, 3) as run_by_harness:
             for o, c in work:
@@ -225,29 +196,6 @@ class TestTwoStages:
             revenue["numRowsTotal"] == query.history[-1]["stages"]["revenue"]["numTotalStateRows"]
         )
         assert revenue["numRowsTotal"] > 0
-
-
-def _join_only(pipeline: Pipeline, orders: Any, customers: Any) -> Any:
-    """The join stage of the revenue pipeline alone."""
-    joined, _revenue = build(pipeline, orders, customers)
-    pipeline.stages.pop()  # the revenue stage: only the join runs here
-    return joined
-
-
-def _with_emit_order(batches: Any) -> Any:
-    """Each row with its input partition and position, as one number."""
-    import numpy as np
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    assert context is not None
-    position = context.partitionId() << 40
-    for batch in batches:
-        order = pa.array(np.arange(position, position + batch.num_rows, dtype=np.int64))
-        position += batch.num_rows
-        yield pa.RecordBatch.from_arrays(
-            [*batch.columns, order], names=[*batch.schema.names, "emit_order"]
-        )
 
 
 def _wait(done: Any, seconds: float = 30) -> None:

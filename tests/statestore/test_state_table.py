@@ -264,6 +264,54 @@ class TestTables:
         assert t.get_rows([(0,), (4,), (9,)]) == [(0, 0, 0), (4, 4, 4), None]
         backend.close()
 
+    @pytest.mark.parametrize("asked", [100, 1_000])
+    def test_many_reads_match_single_reads(
+        self, backend: KVBackend, layout: str, asked: int
+    ) -> None:
+        """get_rows and get_batch of many keys (unordered, repeated, absent,
+        some the epoch changed, in a second table's key space too) give what
+        get_row gives, whether they read by multi-get or by a scan of the keys'
+        span."""
+        t = _table(backend, layout)
+        other = _table(backend, layout, table_id=2)
+        for i in range(0, 2_000, 2):
+            t.insert((i, i, -i))
+            other.insert((i + 1, 0, 0))
+        t.commit(1)
+        other.commit(1)
+        t.update((10, 10, -10), (10, 7, 7))
+        t.delete((12, 12, -12))
+        t.insert((13, 13, 13))
+        step = 2_100 // asked
+        pks = [((i * 7919) % 2_100 // step * step,) for i in range(asked)] + [(10,), (13,)]
+        expected = [t.get_row(pk) for pk in pks]
+        assert t.get_rows(pks) == expected
+        rows, found = t.get_batch(pa.table({"pk": pa.array([p[0] for p in pks], pa.int64())}))
+        assert found.to_pylist() == [e is not None for e in expected]
+        assert rows.to_pylist() == [dict(zip(THREE.names, e, strict=True)) for e in expected if e]
+        t.commit(2)
+        assert t.get_rows(pks) == [t.get_row(pk) for pk in pks]
+
+    @pytest.mark.parametrize("kind", [pa.int32(), pa.string()])
+    def test_batch_read_of_most_keys_matches_single_reads(
+        self, backend: KVBackend, layout: str, kind: pa.DataType
+    ) -> None:
+        """get_batch of many of the stored keys in an untouched epoch (read by
+        one scan matched in Arrow) gives what get_row gives: a null key, a
+        key asked twice, absent keys, keys past the greatest stored."""
+        columns = pa.schema([pa.field("pk", kind), ("b", pa.int64())])
+        t = _table(backend, layout, columns=columns)
+        value = (lambda i: i) if kind == pa.int32() else (lambda i: f"k{i:05d}")
+        t.insert((None, -1))
+        for i in range(0, 300, 3):
+            t.insert((value(i), i))
+        t.commit(1)
+        asked = [None, *(value(i) for i in range(310, -1, -1)), value(6)]
+        rows, found = t.get_batch(pa.table({"pk": pa.array(asked, kind)}))
+        expected = [t.get_row((k,)) for k in asked]
+        assert found.to_pylist() == [e is not None for e in expected]
+        assert rows.to_pylist() == [{"pk": e[0], "b": e[1]} for e in expected if e is not None]
+
     def test_abort_drops_the_epoch(self, backend: KVBackend, layout: str) -> None:
         """abort() forgets uncommitted writes."""
         t = _table(backend, layout)

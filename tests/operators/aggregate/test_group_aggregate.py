@@ -230,6 +230,13 @@ class TestDeclaration:
         assert op.tables[1].key_names[:3] == ("g", "__value", "id")
         assert op.output.names == ["g", "min_v", "max_v", "count_distinct_v"]
 
+    def test_default_names(self) -> None:
+        """A built-in aggregate without a name is called ``<kind>_<column>``; count(*) ``count``."""
+        assert Aggregate.count().name == "count"
+        for kind in ("count", "sum", "avg", "min", "max", "count_distinct"):
+            assert getattr(Aggregate, kind)("v").name == f"{kind}_v"
+        assert Aggregate.sum("v", "total").name == "total"
+
     def test_bad_declarations(self) -> None:
         """Unknown columns, duplicate outputs and sums of strings are refused."""
         with pytest.raises(ValueError, match="not in the input"):
