@@ -77,7 +77,7 @@ class Writes(Sequence[WriteOp]):
 
     def __getitem__(self, index: int | slice) -> WriteOp | Writes:
         if isinstance(index, slice):
-            return Writes.of(list(self)[index])
+            return Writes(self.keys[index], self.values[index])
         return (self.keys[index].as_py(), self.values[index].as_py())
 
     def __repr__(self) -> str:

@@ -40,12 +40,14 @@ class TestWrites:
     def test_changelog_bytes_are_those_of_the_pairs(
         self, ops: list[tuple[bytes, bytes | None]]
     ) -> None:
-        """A changelog of a Writes is byte for byte that of the same pairs as
-        a list, and decodes to a Writes of them."""
+        """A changelog of a Writes (or of a slice of one) is byte for byte that
+        of the same pairs as a list, and decodes to a Writes of them."""
         as_list = _changelog.encode(7, "ab" * 16, ops, [(b"a", b"b")])
         as_writes = _changelog.encode(7, "ab" * 16, Writes.of(ops), [(b"a", b"b")])
         assert as_list == as_writes
         assert list(_changelog.decode(as_writes).writes) == ops
+        part = _changelog.encode(7, "ab" * 16, Writes.of(ops)[2:5], [])
+        assert part == _changelog.encode(7, "ab" * 16, ops[2:5], [])
 
     def test_mismatched_columns_are_refused(self) -> None:
         """Keys and values of different lengths are a ValueError."""
