@@ -824,6 +824,8 @@ def _read_many(values: TableValues, keys: Sequence[bytes], stored_rows: int) -> 
         return values.get_many(keys)
     if n * _SCAN_RATIO >= stored_rows:
         span = values.read_range(min(keys), prefix_successor(max(keys)), False)
+        if not span:
+            return [None] * n
         get = dict(span).get
         return [get(k) for k in keys]
     if all(map(lt, keys, islice(keys, 1, None))):

@@ -30,7 +30,13 @@ from operators._operator import Operator, OperatorContext
 from operators._relational import Pending, check_names, key_tuples, pylists, signs
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
-from operators.aggregate._results import UNKNOWN, Touched, aligned, finish_in_arrow
+from operators.aggregate._results import (
+    UNKNOWN,
+    Touched,
+    aligned,
+    finish_in_arrow,
+    stored_states,
+)
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -282,15 +288,14 @@ class GroupAggregate(Operator):
         (lost, lost_min, lost_max), (won, won_min, won_max) = spans
         # A group needs a scan only if it lost its extreme (or a value not
         # strictly beyond it): compare with the stored extreme, one multi-get.
-        stored = ctx.table("results").get_rows([touched.keys[g] for g in lost])
+        _, stored, _ = stored_states(ctx.table("results"), touched.folded, lost)
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
             is_min = agg.kind is Kind.MIN
-            at_acc = self._acc[i].start
+            extremes = pylists([stored.column(self._acc[i].start)])[0]
             rescanned: dict[int, Any] = {}
-            for group, row, low, high in zip(lost, stored, lost_min, lost_max, strict=True):
-                current = None if row is None else row[at_acc]
+            for group, current, low, high in zip(lost, extremes, lost_min, lost_max, strict=True):
                 if current is not None and ((low > current) if is_min else (high < current)):
                     continue
                 first = next(table.scan(touched.keys[group], reverse=not is_min), None)

@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,7 +24,7 @@ from operators._relational import key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
-__all__ = ["UNKNOWN", "Touched", "aligned", "finish_in_arrow"]
+__all__ = ["UNKNOWN", "Touched", "aligned", "finish_in_arrow", "stored_states"]
 
 Row = tuple[Any, ...]
 
@@ -78,11 +79,7 @@ def finish_in_arrow(
     n = folded.num_rows
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
-    keys = pa.table(
-        [folded.column(f"__g{j}") for j in range(k)], names=state_schema.names[:k]
-    ).cast(pa.schema([state_schema.field(j) for j in range(k)]))
-    stored, found = results.get_batch(keys)
-    old = aligned(stored, found, n)
+    keys, old, found = stored_states(results, folded)
     rows = pc.add(pc.fill_null(old.column(k), 0), folded.column("__s_sum"))
     new_columns: list[pa.Array | pa.ChunkedArray] = [*keys.columns, rows]
     position = k + 1
@@ -110,14 +107,11 @@ def finish_in_arrow(
             else:
                 rescanned, gained = extremes[i]
                 typ = current.type
-                gained_values = pa.array([gained.get(g) for g in range(n)], typ)
-                merged = _extreme(how, current, gained_values)
-                mask = pa.array([g in rescanned for g in range(n)], pa.bool_())
-                found_values = pa.array([rescanned.get(g) for g in range(n)], typ)
-                new_columns.append(pc.if_else(mask, found_values, merged))
+                merged = _extreme(how, current, _spread(gained, n, typ))
+                mask = pc.is_valid(_spread(dict.fromkeys(rescanned, True), n, pa.bool_()))
+                new_columns.append(pc.if_else(mask, _spread(rescanned, n, typ), merged))
         else:  # COUNT_DISTINCT
-            change = distinct[i]
-            steps = pa.array([change.get(g, 0) for g in range(n)], pa.int64())
+            steps = pc.fill_null(_spread(distinct[i], n, pa.int64()), 0)
             new_columns.append(pc.add(_zeroed(old.column(position)), steps))
         position += _width(kind)
     new = pa.table(new_columns, schema=state_schema)
@@ -152,6 +146,35 @@ def finish_in_arrow(
 def _width(kind: Kind) -> int:
     """How many stored columns an aggregate's accumulator has (not custom)."""
     return 2 if kind in (Kind.SUM, Kind.AVG) else 1
+
+
+def stored_states(
+    results: StateTable, folded: pa.Table, at: Sequence[int] | None = None
+) -> tuple[pa.Table, pa.Table, pa.BooleanArray]:
+    """The group keys of ``folded`` (its rows ``at``, or all) as the results
+    table's key columns, the groups' stored states at their places (null
+    rows where none), and whether each was found: one batch read."""
+    state_schema = results.schema.columns
+    k = len(results.schema.primary_key)
+    groups = folded.select([f"__g{j}" for j in range(k)])
+    if at is not None:
+        groups = groups.take(pa.array(at, pa.int64()))
+    keys = groups.rename_columns(state_schema.names[:k]).cast(
+        pa.schema([state_schema.field(j) for j in range(k)])
+    )
+    stored, found = results.get_batch(keys)
+    return keys, aligned(stored, found, keys.num_rows), found
+
+
+def _spread(values: Mapping[int, Any], n: int, typ: pa.DataType) -> pa.Array:
+    """A column of ``n`` rows: ``values[g]`` at row ``g``, null elsewhere."""
+    if not values:
+        return pa.nulls(n, typ)
+    rows = np.fromiter(values.keys(), np.int64, len(values))
+    index = np.full(n, -1, np.int64)
+    index[rows] = np.arange(len(values))
+    taken = pa.array(index, mask=index < 0)
+    return pa.array(list(values.values()), typ).take(taken)
 
 
 def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
