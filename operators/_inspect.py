@@ -74,7 +74,12 @@ def describe(
     query = location.query()
     batches = location.recorded_batches()
     if query is not None:
-        stages = ", ".join(f"{s.name} (key {list(s.key_types)})" for s in query.stages)
+        stages = ", ".join(
+            f"{s.name} (key {list(s.key_types)})"
+            if not s.keyless
+            else f"{s.name} (no key, {s.partitions} partition)"
+            for s in query.stages
+        )
         out.append(f"query: {query.partitions} partitions; stages {stages}")
     if batches:
         record = location.record(batches[-1])

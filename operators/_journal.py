@@ -4,8 +4,8 @@ A query's state location holds, beside its operators' state, the runner's own
 directory ``_runner/``:
 
 - ``query.json``: the query's shape (its stages with the Spark types of their
-  keys, and the partition count), written by the first batch and checked by
-  every later start;
+  keys and their partition counts, and the query's partition count), written
+  by the first batch and checked by every later start;
 - ``batches/<batch id, 20 digits>.json``: one record per finished batch, naming
   every stage's winning commit per partition, the watermarks and the metrics.
   A batch counts as committed when, and only when, its record exists;
@@ -26,7 +26,7 @@ import posixpath
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -44,35 +44,62 @@ _FORMAT = 2
 @dataclass(frozen=True)
 class StageShape:
     """A stage as the checkpoint records it: its name (the directory of its
-    state) and the Spark types of the key its rows are partitioned by."""
+    state), the Spark types of the key its rows are partitioned by (none for
+    a keyless stage), and its partition count, which :class:`QueryShape`
+    sets from the key: the query's count, or one for a keyless stage."""
 
     name: str
     key_types: tuple[str, ...]
+    partitions: int | None = None
+
+    @property
+    def keyless(self) -> bool:
+        """A stage without a key: its rows all go to partition 0."""
+        return not self.key_types
 
 
 @dataclass(frozen=True)
 class QueryShape:
-    """What must not change over a checkpoint's life: the stages and their
-    key types, and the partition count."""
+    """What must not change over a checkpoint's life: the stages, their key
+    types and partition counts, and the query's partition count (every keyed
+    stage's; a keyless stage has one partition)."""
 
     stages: tuple[StageShape, ...]
     partitions: int
+
+    def __post_init__(self) -> None:
+        # A stage's count follows from its key: the query's, or one.
+        stages = tuple(
+            replace(s, partitions=1 if s.keyless else self.partitions) for s in self.stages
+        )
+        object.__setattr__(self, "stages", stages)
 
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.stages]
 
+    def stage_partitions(self) -> dict[str, int]:
+        """Each stage's partition count, by stage name."""
+        return {s.name: s.partitions or self.partitions for s in self.stages}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": _FORMAT,
             "partitions": self.partitions,
-            "stages": [{"name": s.name, "key_types": list(s.key_types)} for s in self.stages],
+            "stages": [
+                {"name": s.name, "key_types": list(s.key_types), "partitions": s.partitions}
+                for s in self.stages
+            ],
         }
 
     @staticmethod
     def from_json(obj: Mapping[str, Any]) -> QueryShape:
         if "stages" in obj:
-            stages = [StageShape(s["name"], tuple(s["key_types"])) for s in obj["stages"]]
+            # Records before keyless stages give no per-stage count: the query's.
+            stages = [
+                StageShape(s["name"], tuple(s["key_types"]), s.get("partitions"))
+                for s in obj["stages"]
+            ]
         else:  # before pipelines: "operator" joined stage names with "+"
             names = str(obj["operator"]).split("+")
             if len(names) != len(obj["key_types"]):
@@ -82,7 +109,16 @@ class QueryShape:
                     "each stage's key"
                 )
             stages = [StageShape(n, tuple(t)) for n, t in zip(names, obj["key_types"], strict=True)]
-        return QueryShape(tuple(stages), int(obj["partitions"]))
+        shape = QueryShape(tuple(stages), int(obj["partitions"]))
+        for given, stage in zip(stages, shape.stages, strict=True):
+            if given.partitions is not None and given.partitions != stage.partitions:
+                rule = "a keyless stage has 1" if stage.keyless else "a keyed stage the query's"
+                raise InputError(
+                    f"the query record gives stage {stage.name!r} {given.partitions} "
+                    f"partitions in a query of {shape.partitions}, but {rule}; the record "
+                    "is damaged or from another relstate"
+                )
+        return shape
 
 
 @dataclass(frozen=True)
@@ -199,7 +235,8 @@ class Journal:
 
     def bind_shape(self, shape: QueryShape) -> None:
         """Record ``shape`` for a new checkpoint; refuse a query whose shape
-        differs from the recorded one."""
+        differs from the recorded one (the stages' partition counts follow
+        from their keys and the query's count)."""
         recorded = self.shape()
         if recorded is None:
             self.write_shape(shape)

@@ -129,6 +129,17 @@ class Stage:
     def name(self) -> str:
         return self.operator.name
 
+    @property
+    def keyless(self) -> bool:
+        """A stage without a key (``keys=()``): every row goes to partition 0
+        of one task, as Spark runs a global aggregate."""
+        return not self.inputs[0].keys
+
+    def partitions(self, query_partitions: int) -> int:
+        """The stage's partition count in a query of ``query_partitions``:
+        that count for a keyed stage, one for a keyless stage."""
+        return 1 if self.keyless else query_partitions
+
 
 class Pipeline:
     """Sources and keyed stages that run in one streaming query."""
@@ -200,6 +211,9 @@ class Pipeline:
         """Run ``operator`` over ``inputs`` (one stream per operator input),
         its rows partitioned by ``keys`` (one list for every side, or one per
         side, of one length and one type); the stage's output stream.
+        ``keys=()`` makes a keyless stage: all its rows go to partition 0 of
+        one task and its state is one partition, whatever the query's
+        partition count (a global top-N or aggregate, as Spark runs one).
 
         Each input's rows are ordered by its stream's sequence column, else
         by ``sequence`` (default: the operator's ``sequence_column``), at one
@@ -344,17 +358,20 @@ class Pipeline:
 def _key_lists(
     keys: Sequence[str] | Sequence[Sequence[str]], sides: int, label: str
 ) -> list[list[str]]:
-    """One list of key columns per side (a flat list serves every side)."""
+    """One list of key columns per side (a flat list serves every side); an
+    empty list, or one empty list per side, for a keyless stage."""
     if isinstance(keys, str):
         keys = [keys]
-    if keys and all(isinstance(k, str) for k in keys):
+    if keys is None:
+        raise InputError(f"{label}: give its key columns, or keys=() for a keyless stage")
+    if all(isinstance(k, str) for k in keys):
         lists = [[str(k) for k in keys]] * sides
     else:
         lists = [[str(c) for c in k] for k in keys if not isinstance(k, str)]
-    if len(lists) != sides or not lists[0] or len({len(k) for k in lists}) != 1:
+    if len(lists) != sides or len({len(k) for k in lists}) != 1:
         raise InputError(
             f"{label}: give its key columns once, or once per input ({sides}), each list "
-            f"of one length; got {keys!r}"
+            f"of one length (keys=() for a keyless stage); got {keys!r}"
         )
     return lists
 

@@ -42,7 +42,7 @@ class PipelineHarness:
     """Runs ``pipeline`` on ``partitions`` partitions per stage (the Spark
     runner's one count; a list gives each stage its own, to test a protocol
     between stages harder), state in ``backend`` (``"memory"`` or
-    ``"rocksdb"``)."""
+    ``"rocksdb"``). A keyless stage runs on one partition, as on Spark."""
 
     def __init__(
         self,
@@ -64,6 +64,15 @@ class PipelineHarness:
             raise InputError(
                 f"give a positive partition count, or one per stage; got {partitions!r}"
             )
+        if not isinstance(partitions, int):
+            many = [
+                s.name for s, n in zip(pipeline.stages, counts, strict=True) if s.keyless and n > 1
+            ]
+            if many:
+                raise InputError(
+                    f"keyless stage(s) {many} run on one partition; give them 1, got {partitions!r}"
+                )
+        counts = [s.partitions(n) for s, n in zip(pipeline.stages, counts, strict=True)]
         self.pipeline = pipeline
         self.tie_break = tie_break
         self.harnesses: list[list[OperatorHarness]] = [
@@ -173,7 +182,11 @@ class PipelineHarness:
             if not table.num_rows:
                 continue
             types = [table.schema.field(k).type for k in inp.keys]
-            keys = list(zip(*[table.column(k).to_pylist() for k in inp.keys], strict=True))
+            keys = (
+                list(zip(*[table.column(k).to_pylist() for k in inp.keys], strict=True))
+                if inp.keys
+                else [()] * table.num_rows  # keyless: every row to partition 0
+            )
             if order is not None:
                 seqs = table.column(order).to_pylist()
             elif stream.is_stage:

@@ -1,5 +1,6 @@
 """Column helpers of the relational operators (group aggregate, top-N): row
-kinds as signs, key columns as Python tuples that compare as their key bytes do."""
+kinds as signs, key columns as Python tuples that compare as their key bytes
+do, and batched writes of multiplicity tables."""
 
 from __future__ import annotations
 
@@ -13,8 +14,19 @@ import pyarrow.compute as pc
 from encoding import key_equal_values
 from operators._changelog import ROW_KIND, RowKind, kinds_in
 from operators.errors import InputError
+from statestore import StateTable
 
-__all__ = ["NAN", "Pending", "check_names", "key_tuples", "pylists", "signs"]
+__all__ = [
+    "NAN",
+    "Pending",
+    "add_counts",
+    "aligned",
+    "check_names",
+    "key_tuples",
+    "pylists",
+    "signs",
+    "unheld",
+]
 
 Row = tuple[Any, ...]
 
@@ -105,3 +117,39 @@ class Pending:
             return parts[0]
         table = pa.Table.from_batches(parts).combine_chunks()
         return table.to_batches()[0]
+
+
+def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
+    """The rows a multi-get found (``stored``, in order) at the places of the
+    ``n`` keys asked for, all-null rows where ``found`` says none."""
+    at = pc.subtract(pc.cumulative_sum(pc.cast(found, pa.int64())), 1)
+    index = pc.if_else(found, at, pa.scalar(None, pa.int64()))
+    return pa.Table.from_batches([stored]).take(index) if n else pa.Table.from_batches([stored])
+
+
+def add_counts(table: StateTable, rows: pa.Table, deltas: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Add each row's net change to its multiplicity in ``table``, whose last
+    column is the count and whose other columns ``rows`` holds (distinct
+    keys, by name), in batches: one multi-get, then the rows that come in
+    inserted, changed ones updated, those whose count reaches zero or below
+    deleted. Returns each row's count before and after (below zero: it
+    retracted more than the table held, which the caller may count)."""
+    *fields, count = table.schema.columns
+    rows = rows.select([f.name for f in fields]).cast(pa.schema(fields))
+    stored, found = table.get_batch(rows)
+    old = aligned(stored, found, rows.num_rows)
+    before = pc.fill_null(old.column(old.num_columns - 1), 0).combine_chunks()
+    after = pc.add(before, deltas)
+    alive = pc.greater(after, 0)
+    new = rows.append_column(count, after)
+    table.insert_batch(new.filter(pc.and_(pc.invert(found), alive)))
+    table.update_batch(new.filter(pc.and_(found, alive)))
+    table.delete_keys(rows.filter(pc.and_(found, pc.invert(alive))))
+    return before, after
+
+
+def unheld(after: pa.Array | pa.ChunkedArray) -> int:
+    """How many retractions went beyond what the table held: the counts
+    below zero that :func:`add_counts` returns, added up."""
+    below = pc.if_else(pc.greater(after, 0), 0, pc.negate(after))
+    return int(pc.sum(below).as_py() or 0)

@@ -8,10 +8,11 @@ leading primary-key columns (the default), by other named columns (an index
 keyed by time first), or not at all (:class:`encoding.PartitionLocal`: a
 partition's own bookkeeping, which every new partition gets the least of, or
 which must be empty). Every keyed row moves to the partition of its key, and
-is checked on the way to be in the partition of that key now. A
-``run_stages`` pipeline (the FK join) moves each stage's state by that
-stage's own key. This covers queries whose manifests record the placement
-(written by this relstate or later), and no pending timers.
+is checked on the way to be in the partition of that key now. A pipeline
+moves each stage's state by that stage's own key; a keyless stage
+(``keys=()``) runs as one partition whatever the query's count, so its state
+is carried over as it is. This covers queries whose manifests record the
+placement (written by this relstate or later), and no pending timers.
 
 The new state is written beside the old one, complete, with the runner's
 records of the last committed batch naming the new commits; then a journal
@@ -64,6 +65,8 @@ class RepartitionResult:
     new_partitions: int
     rows: dict[str, int]
     backup: str
+    #: The keyless stages: one partition each, carried over as they were.
+    keyless: tuple[str, ...] = ()
 
 
 def _spark_type(dtype: pa.DataType) -> str:
@@ -141,10 +144,17 @@ def _backup_name(fs: pafs.FileSystem, root: str, batch: int, old: int, new: int)
 
 
 def _stage_keys(location: StateLocation, query: QueryShape) -> dict[str, list[str]]:
-    """The stages whose state moves, each with the Spark types of the key its
-    rows are partitioned by."""
+    """Every stage, each with the Spark types of the key its rows are
+    partitioned by (none for a keyless stage, whose one partition is carried
+    over as it is); an error when no stage has a key."""
     for stage in query.stages:
         location.operator(stage.name)  # held here, or a clear error
+    if all(s.keyless for s in query.stages):
+        raise InputError(
+            f"every stage of the query at {location.path} ({query.names}) is keyless: each "
+            "runs as one partition whatever the query's partition count, so there is "
+            "nothing to repartition"
+        )
     return {s.name: list(s.key_types) for s in query.stages}
 
 
@@ -194,13 +204,16 @@ def repartition(
         if not force:
             _check_stopped(location, operator, batch)
         metas = location.tables(operator, batch)
-        placements[operator] = (metas, _placements(metas, key_types))
+        placements[operator] = (metas, _placements(metas, key_types) if key_types else None)
     if _exists(fs, staging):
         fs.delete_dir(staging)  # an earlier run's, never swapped in (no journal)
     pipeline = len(stage_keys) > 1
     rows: dict[str, int] = {}
     winners_by_stage: dict[str, dict[int, str]] = {}
+    keyless = tuple(name for name, (_, placement) in placements.items() if placement is None)
     for operator, (metas, placement) in placements.items():
+        if placement is None:
+            progress(f"{operator} has no key: its one partition is carried over as it is")
         winners, moved = _move_operator(
             location,
             staging,
@@ -208,8 +221,8 @@ def repartition(
             metas,
             placement,
             batch,
-            old,
-            partitions,
+            old if placement is not None else 1,
+            partitions if placement is not None else 1,
             progress,
             chunk_rows,
         )
@@ -226,6 +239,7 @@ def repartition(
         "new_partitions": partitions,
         "rows": rows,
         "backup": _backup_name(fs, root, batch, old, partitions),
+        "keyless": list(keyless),
         "root": root,
         "staging": staging,
         "step": _STAGED,
@@ -256,7 +270,7 @@ def _move_operator(
     staging: str,
     operator: str,
     metas: list[TableMeta],
-    placements: dict[str, Placement],
+    placements: dict[str, Placement] | None,
     batch: int,
     old: int,
     partitions: int,
@@ -265,7 +279,10 @@ def _move_operator(
 ) -> tuple[dict[str, str], dict[str, int]]:
     """Write ``operator``'s state at ``batch`` under ``staging`` for
     ``partitions`` partitions, each new partition committed as ``batch``;
-    return the new winners and the rows moved per table.
+    return the new winners and the rows moved per table. ``placements``
+    ``None``: a keyless stage, whose one partition's rows (timers and
+    partition-local rows too) are written as they are into one new
+    partition.
 
     Rows stream through in chunks of ``chunk_rows``: each old partition is
     read chunk by chunk, and each new store spills its MemTable into its
@@ -294,6 +311,12 @@ def _move_operator(
             for p in location.partitions(operator):
                 progress(f"reading {operator} partition {p}")
                 for meta, chunk in scan_chunks(location, operator, p, batch, chunk_rows):
+                    if placements is None:
+                        for row in chunk:
+                            stores[0].table(meta.name).insert(row)
+                        if meta.name in rows:
+                            rows[meta.name] += len(chunk)
+                        continue
                     placement = placements[meta.name]
                     if isinstance(placement, PartitionLocal):
                         _check_local(meta, placement, p, chunk)
@@ -427,4 +450,5 @@ def _swap(fs: pafs.FileSystem, root: str, summary: dict[str, Any]) -> Repartitio
         new_partitions=int(summary["new_partitions"]),
         rows={str(k): int(v) for k, v in summary["rows"].items()},
         backup=backup,
+        keyless=tuple(str(n) for n in summary.get("keyless", ())),
     )

@@ -185,6 +185,7 @@ class _Driver:
             record,
             {o.name for o, _ in self.outputs},
             int((time.perf_counter() - started) * 1000),
+            {p.operator.name: p.partitions for p in self.plans},
         )
         self.history.append(summary)
         self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
@@ -196,7 +197,8 @@ class _Driver:
         stateful operator's (empty if this driver did not run it)."""
         for summary in reversed(self.history):
             if summary["batch_id"] == batch_id:
-                return [_operator_progress(s, m) for s, m in summary["stages"].items()]
+                counts = summary["stage_partitions"]
+                return [_operator_progress(s, m, counts[s]) for s, m in summary["stages"].items()]
         return []
 
     def _commit_sink(self, batch_id: int) -> None:
@@ -327,6 +329,8 @@ class _Driver:
             parts.append(part)
         frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
         width = len(stage.inputs[0].keys)
+        # Keyless (width 0): one partition, every row in it, as Spark's
+        # global aggregate gathers its input into one task.
         frame = frame.repartition(plan.partitions, *[F.col(f"__k{i}") for i in range(width)])
         if not any(o is not None for o in orders) and not any(
             i.stream.is_stage for i in stage.inputs
@@ -413,10 +417,13 @@ def _in_sequence() -> list[Column]:
     return [F.col(SEQ), F.when(retract, 0).otherwise(1)]
 
 
-def _summary(record: BatchRecord, outputs: set[str], duration_ms: int) -> BatchSummary:
+def _summary(
+    record: BatchRecord, outputs: set[str], duration_ms: int, partitions: dict[str, int]
+) -> BatchSummary:
     """A batch as the query's history and progress callback see it: the
     stages' metrics under ``stage.metric``, and summed over stages under
-    their own names (``numOutputRows``: the output stages')."""
+    their own names (``numOutputRows``: the output stages'), and each
+    stage's partition count."""
     flat: dict[str, int] = {}
     for stage, metrics in record.metrics.items():
         for k, v in metrics.items():
@@ -430,6 +437,7 @@ def _summary(record: BatchRecord, outputs: set[str], duration_ms: int) -> BatchS
         "metrics": flat,
         "stages": {s: dict(m) for s, m in record.metrics.items()},
         "stage_watermarks": dict(record.stage_watermarks),
+        "stage_partitions": dict(partitions),
     }
 
 
@@ -548,8 +556,10 @@ class RelstateQuery:
         return getattr(self._query, name)
 
 
-def _operator_progress(stage: str, metrics: Mapping[str, int]) -> dict[str, Any]:
-    """A stage's metrics in the shape of Spark's ``StateOperatorProgress``."""
+def _operator_progress(stage: str, metrics: Mapping[str, int], partitions: int) -> dict[str, Any]:
+    """A stage's metrics in the shape of Spark's ``StateOperatorProgress``;
+    its partitions as Spark's shuffle partitions and state store instances
+    (one of each for a keyless stage)."""
     known = {
         "numRowsTotal": "numTotalStateRows",
         "numRowsUpdated": "numUpdatedStateRows",
@@ -566,6 +576,8 @@ def _operator_progress(stage: str, metrics: Mapping[str, int]) -> dict[str, Any]
         k: v for k, v in metrics.items() if k not in known.values() and k != "numOutputRows"
     }
     progress["numOutputRows"] = int(metrics.get("numOutputRows", 0))
+    progress["numShufflePartitions"] = partitions
+    progress["numStateStoreInstances"] = partitions
     return progress
 
 
@@ -641,13 +653,13 @@ def start(
     journal = Journal(fs, root, redact(location))
     shapes: list[StageShape] = []
     plans: list[StagePlan] = []
-    config = replace(store, partition_count=partitions)
     for stage in pipeline.stages:
         first = stage.inputs[0]
         types = tuple(
             from_arrow_type(first.stream.schema.field(k).type).simpleString() for k in first.keys
         )
-        shapes.append(StageShape(stage.name, types))
+        count = stage.partitions(partitions)
+        shapes.append(StageShape(stage.name, types, count))
         watermarks: dict[int, Watermark] = {}
         event_times: dict[int, tuple[str, str]] = {}
         for side, inp in enumerate(stage.inputs):
@@ -661,10 +673,10 @@ def start(
             StagePlan(
                 operator=stage.operator,
                 location=location,
-                partitions=partitions,
+                partitions=count,
                 side_columns=[list(i.stream.schema.names) for i in stage.inputs],
                 event_times=event_times,
-                store=config,
+                store=replace(store, partition_count=count),
                 index=len(plans),
                 log=current_log_config(),
             )

@@ -230,6 +230,8 @@ def _repartition(args: argparse.Namespace) -> int:
         f"({', '.join(f'{t}: {n} rows' for t, n in result.rows.items())}); the old "
         f"state is kept at {result.backup}"
     )
+    if result.keyless:
+        print(f"keyless stage(s) {list(result.keyless)} kept their one partition")
     return 0
 
 

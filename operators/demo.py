@@ -11,9 +11,8 @@ customers (new customers, and customers moving to another segment as
   and revenue per segment;
 - ``customer_revenue``: the same per customer;
 - ``top_customers``: a :class:`~operators.topn.TopN`, the five customers with
-  the most revenue, per currency (the demo's orders are all in USD; a top-N
-  keeps a partition's rows in one task, so a top over every row needs a key
-  that every row shares).
+  the most revenue over all customers: a keyless stage (``keys=()``), which
+  runs as one partition, as Spark runs a global top.
 
 ``segment_revenue`` and ``top_customers`` are the query's two outputs, each
 written through its own idempotent Parquet sink. At the end the demo
@@ -78,7 +77,6 @@ ORDERS = pa.schema(
         ("order_id", pa.int64()),
         ("customer", pa.string()),
         ("amount", pa.int64()),  # in cents
-        ("currency", pa.string()),
         ("seq", pa.int64()),
         ("row_kind", pa.string()),
     ]
@@ -215,27 +213,27 @@ def generate(config: DemoConfig) -> list[tuple[pa.Table, pa.Table]]:
             segment[customer] = rng.choice(SEGMENTS)
             people.append((customer, segment[customer], seq, "+I"))
             seq += 1
-        orders: list[tuple[int, str, int, str, int, str]] = []
+        orders: list[tuple[int, str, int, int, str]] = []
         for _ in range(config.orders_per_batch):
             roll = rng.random()
             if roll < 0.6 or len(live) < 10:
                 customer = rng.choice(names)
                 amount = rng.randrange(500, 50_000)
                 live[next_id] = (customer, amount)
-                orders.append((next_id, customer, amount, "USD", seq, "+I"))
+                orders.append((next_id, customer, amount, seq, "+I"))
                 next_id += 1
             elif roll < 0.85:
                 order = rng.choice(list(live))
                 customer, old_amount = live[order]
                 new_amount = max(100, old_amount + rng.randrange(-2_000, 2_000))
                 live[order] = (customer, new_amount)
-                orders.append((order, customer, old_amount, "USD", seq, "-U"))
+                orders.append((order, customer, old_amount, seq, "-U"))
                 seq += 1
-                orders.append((order, customer, new_amount, "USD", seq, "+U"))
+                orders.append((order, customer, new_amount, seq, "+U"))
             else:
                 order = rng.choice(list(live))
                 customer, amount = live.pop(order)
-                orders.append((order, customer, amount, "USD", seq, "-D"))
+                orders.append((order, customer, amount, seq, "-D"))
             seq += 1
         batches.append((_table(ORDERS, orders), _table(CUSTOMERS, people)))
     return batches
@@ -317,18 +315,16 @@ def build_pipeline(orders: Any, customers: Any) -> tuple[Pipeline, Stream, Strea
     joined = join_orders(pipeline, order_changes, customer_changes)
     per_segment = revenue_by(joined.schema, ["c_segment"], "segment_revenue")
     segments = pipeline.stage(per_segment, joined, keys=list(per_segment.key_columns))
-    per_customer = revenue_by(
-        joined.schema, ["o_currency", "c_customer", "c_segment"], "customer_revenue"
-    )
+    per_customer = revenue_by(joined.schema, ["c_customer", "c_segment"], "customer_revenue")
     customers_revenue = pipeline.stage(per_customer, joined, keys=list(per_customer.key_columns))
     top = TopN(
         customers_revenue.schema,
         order_by=[KeyColumn("revenue", Direction.DESC, NullOrder.LAST), "c_customer"],
         limit=TOP,
-        partition_by=["o_currency"],
         name="top_customers",
     )
-    best = pipeline.stage(top, customers_revenue, keys=["o_currency"])
+    # One top over every customer: a keyless stage, one partition.
+    best = pipeline.stage(top, customers_revenue, keys=())
     return pipeline, segments, best
 
 
@@ -420,7 +416,7 @@ def expected_tables(
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """What the outputs must hold after the last batch, by Spark batch SQL
     over the materialised inputs: (segment, orders, revenue) per segment, and
-    (currency, customer, segment, orders, revenue) of the top customers."""
+    (customer, segment, orders, revenue) of the top customers."""
     for name in ("orders", "customers"):
         spark.read.parquet(str(source / name)).createOrReplaceTempView(f"demo_{name}_changes")
     spark.sql(_LATEST.format(table="orders", key="order_id")).createOrReplaceTempView("demo_orders")
@@ -428,7 +424,7 @@ def expected_tables(
         "demo_customers"
     )
     spark.sql(
-        "SELECT o.currency, c.customer, c.segment, o.amount FROM demo_orders o "
+        "SELECT c.customer, c.segment, o.amount FROM demo_orders o "
         "JOIN demo_customers c ON o.customer = c.customer"
     ).createOrReplaceTempView("demo_joined")
     segments = spark.sql(
@@ -436,11 +432,10 @@ def expected_tables(
         "GROUP BY segment"
     ).collect()
     top = spark.sql(
-        "SELECT currency, customer, segment, orders, revenue FROM ("
-        "  SELECT *, ROW_NUMBER() OVER (PARTITION BY currency ORDER BY revenue DESC, customer)"
-        "    AS rank FROM ("
-        "    SELECT currency, customer, segment, COUNT(*) AS orders, SUM(amount) AS revenue"
-        "    FROM demo_joined GROUP BY currency, customer, segment))"
+        "SELECT customer, segment, orders, revenue FROM ("
+        "  SELECT *, ROW_NUMBER() OVER (ORDER BY revenue DESC, customer) AS rank FROM ("
+        "    SELECT customer, segment, COUNT(*) AS orders, SUM(amount) AS revenue"
+        "    FROM demo_joined GROUP BY customer, segment))"
         f" WHERE rank <= {TOP}"
     ).collect()
     return [tuple(r) for r in segments], [tuple(r) for r in top]
@@ -498,12 +493,12 @@ def _report(
     segments = materialise(segment_sink.read(spark).collect(), ["c_segment", "orders", "revenue"])
     top = materialise(
         top_sink.read(spark).collect(),
-        ["o_currency", "c_customer", "c_segment", "orders", "revenue"],
+        ["c_customer", "c_segment", "orders", "revenue"],
     )
     want_segments, want_top = expected_tables(spark, source)
     same = segments == sorted(want_segments) and top == sorted(want_top)
     print("\n" + "\n".join(segment_table(segments)))
-    print("\n" + "\n".join(top_table([r[1:] for r in top])))
+    print("\n" + "\n".join(top_table(top)))
     print("\nPer-batch metrics (summed over stages and partitions), this run:")
     header = ("batch", "ms", "output rows", "state rows", "updated", "removed")
     print("  " + "".join(f"{h:>12}" for h in header))

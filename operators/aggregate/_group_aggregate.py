@@ -27,16 +27,18 @@ import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
 from operators._operator import Operator, OperatorContext
-from operators._relational import Pending, check_names, key_tuples, pylists, signs
+from operators._relational import (
+    Pending,
+    add_counts,
+    check_names,
+    key_tuples,
+    pylists,
+    signs,
+    unheld,
+)
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
-from operators.aggregate._results import (
-    UNKNOWN,
-    Touched,
-    aligned,
-    finish_in_arrow,
-    stored_states,
-)
+from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow, stored_states
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -308,23 +310,14 @@ class GroupAggregate(Operator):
 
     def _write_counts(self, ctx: OperatorContext, table: StateTable, net: pa.Table) -> None:
         """Add a batch's net changes (key columns, then ``__s_sum``) to a
-        materialized input's multiplicities, in batches: rows that come in
-        are inserted, changed ones updated, those whose count reaches zero
-        deleted."""
+        materialized input's multiplicities, in batches; a retraction of a
+        row it does not hold is counted."""
         names = table.schema.columns.names[:-1]
-        fields = [table.schema.columns.field(n) for n in names]
-        pks = pa.table(net.columns[:-1], names=names).cast(pa.schema(fields))
-        stored, found = table.get_batch(pks)
-        old = aligned(stored, found, net.num_rows)
-        count = pc.add(pc.fill_null(old.column(_COUNT), 0), net.column("__s_sum"))
-        alive = pc.greater(count, 0)
-        unknown = pc.sum(pc.if_else(alive, 0, pc.negate(count))).as_py() or 0
+        rows = pa.table(net.columns[:-1], names=names)
+        _, after = add_counts(table, rows, net.column("__s_sum"))
+        unknown = unheld(after)
         if unknown:
             ctx.count(UNKNOWN, unknown)
-        rows = pks.append_column(table.schema.columns.field(_COUNT), count)
-        table.insert_batch(rows.filter(pc.and_(pc.invert(found), alive)))
-        table.update_batch(rows.filter(pc.and_(found, alive)))
-        table.delete_keys(pks.filter(pc.and_(found, pc.invert(alive))))
 
     def _apply_distinct(
         self,
@@ -338,22 +331,19 @@ class GroupAggregate(Operator):
         value whose count leaves zero adds one to its group's distinct count,
         one whose count returns to zero takes one away."""
         arrays = [*(batch.column(k) for k in self.key_columns), batch.column(column)]
-        entries, deltas = _net(arrays, sign, pc.is_valid(batch.column(column)))
+        net = _net_table(arrays, sign, pc.is_valid(batch.column(column)))
+        rows = pa.table(net.columns[:-1], names=table.schema.columns.names[:-1])
+        before, after = add_counts(table, rows, net.column("__s_sum"))
+        # +1 where a value's count leaves zero, -1 where it returns to it.
+        step = pc.subtract(
+            pc.cast(pc.greater(after, 0), pa.int64()), pc.cast(pc.greater(before, 0), pa.int64())
+        )
+        moved = pc.not_equal(step, 0)
+        groups = key_tuples(rows.filter(moved).columns[: self._k], pc.sum(moved).as_py() or 0)
         change: dict[int, int] = {}
-        for entry, delta, old in zip(entries, deltas, table.get_rows(entries), strict=True):
-            before = 0 if old is None else old[-1]
-            after = before + delta
-            if after > 0:
-                if old is None:
-                    table.insert((*entry, after))
-                else:
-                    table.update(old, (*entry, after))
-            elif old is not None:
-                table.delete(old)
-            step = (after > 0) - (before > 0)
-            if step:
-                group = touched.index[entry[: self._k]]
-                change[group] = change.get(group, 0) + step
+        for key, delta in zip(groups, step.filter(moved).to_pylist(), strict=True):
+            group = touched.index[key]
+            change[group] = change.get(group, 0) + delta
         for i, agg in enumerate(self.aggregates):
             if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
                 touched.distinct[i] = change
@@ -393,10 +383,3 @@ def _net_table(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> pa.Tab
     table = pa.table(columns).filter(keep)
     net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
     return net.filter(pc.not_equal(net.column("__s_sum"), 0)).select([*keys, "__s_sum"])
-
-
-def _net(arrays: list[pa.Array], sign: pa.Array, keep: pa.Array) -> tuple[list[Row], list[int]]:
-    """:func:`_net_table` as key tuples and their net changes."""
-    net = _net_table(arrays, sign, keep)
-    keys = [net.column(j) for j in range(net.num_columns - 1)]
-    return key_tuples(keys, net.num_rows), net.column("__s_sum").to_pylist()

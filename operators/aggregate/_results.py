@@ -20,11 +20,11 @@ import pyarrow.compute as pc
 
 from operators._changelog import RowKind
 from operators._operator import OperatorContext
-from operators._relational import key_tuples, pylists
+from operators._relational import aligned, key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
-__all__ = ["UNKNOWN", "Touched", "aligned", "finish_in_arrow", "stored_states"]
+__all__ = ["UNKNOWN", "Touched", "finish_in_arrow", "stored_states"]
 
 Row = tuple[Any, ...]
 
@@ -175,13 +175,6 @@ def _spread(values: Mapping[int, Any], n: int, typ: pa.DataType) -> pa.Array:
     index[rows] = np.arange(len(values))
     taken = pa.array(index, mask=index < 0)
     return pa.array(list(values.values()), typ).take(taken)
-
-
-def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
-    """The stored rows at their groups' places, all-null rows where none."""
-    at = pc.subtract(pc.cumulative_sum(pc.cast(found, pa.int64())), 1)
-    index = pc.if_else(found, at, pa.scalar(None, pa.int64()))
-    return pa.Table.from_batches([stored]).take(index) if n else pa.Table.from_batches([stored])
 
 
 def _zeroed(column: pa.ChunkedArray) -> pa.ChunkedArray:

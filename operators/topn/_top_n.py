@@ -26,7 +26,7 @@ import pyarrow as pa
 from encoding import KeyColumn, PartitionLocal, TableSchema
 from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
-from operators._relational import Pending, check_names, key_tuples, signs
+from operators._relational import Pending, add_counts, check_names, key_tuples, signs, unheld
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -51,7 +51,8 @@ class TopN(Operator):
     ascending: ``row_key`` (columns that identify a row) or by default all
     other columns, identical rows counted. ``partition_by`` is what the
     query is partitioned by (:attr:`key_columns`); without it there is one
-    top for the whole input, so run it on one partition.
+    top for the whole input, so run it as a keyless stage (``keys=()``),
+    which has one partition.
 
     Input is a changelog (or an append stream); the output has the input's
     schema and is the changelog of the top-N set: ``+I`` for a row that
@@ -166,19 +167,20 @@ class TopN(Operator):
     def _apply(
         self, ctx: OperatorContext, table: StateTable, entries: list[Row], net: dict[Row, int]
     ) -> None:
-        """Add each entry's net change to its stored multiplicity."""
-        stored = table.get_rows([e[: self._pk] for e in entries])
-        for entry, old in zip(entries, stored, strict=True):
-            count = (0 if old is None else old[-1]) + net[entry]
-            if count < 0:
-                ctx.count(UNKNOWN, -count)
-            if count > 0:
-                if old is None:
-                    table.insert((*entry, count))
-                else:
-                    table.update(old, (*entry, count))
-            elif old is not None:
-                table.delete(old)
+        """Add each entry's net change to its stored multiplicity, in batches
+        (a first batch of many rows is one multi-get and one write per kind)."""
+        if not entries:
+            return
+        fields = [table.schema.columns.field(i) for i in range(len(self._stored))]
+        columns = list(zip(*entries, strict=True))
+        rows = pa.table(
+            [pa.array(list(c), f.type) for c, f in zip(columns, fields, strict=True)],
+            schema=pa.schema(fields),
+        )
+        _, after = add_counts(table, rows, pa.array([net[e] for e in entries], pa.int64()))
+        unknown = unheld(after)
+        if unknown:
+            ctx.count(UNKNOWN, unknown)
 
     def _top(self, table: StateTable, partition: Row) -> tuple[list[Row], bytes | None]:
         """The rows of ``partition``'s top (each identical row once per copy),

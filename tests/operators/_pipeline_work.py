@@ -1,19 +1,25 @@
 """The bench's two-stage pipeline (``operators/_bench/revenue_pipeline.py``:
 orders joined with customers, a changelog ``StreamingJoin`` on the customer,
 then revenue per segment) as the tests run it, with a running aggregate of
-their own as the revenue stage; and random changelogs of both tables."""
+their own as the revenue stage; revenue per customer (keyed by the customer)
+then the top customers over all of them (a keyless stage); and random
+changelogs of both tables."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
 
+from encoding import Direction, KeyColumn, NullOrder
 from operators import Pipeline, Stream
 from operators._bench import revenue_pipeline
 from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
+from operators.aggregate import Aggregate, GroupAggregate
 from operators.examples import RunningAggregate
+from operators.topn import TopN
 
 
 def _pickle_by_value() -> None:
@@ -52,6 +58,44 @@ def harness_pipeline() -> tuple[Pipeline, Stream, Stream]:
     customers = pipeline.source(CUSTOMERS.append(KINDS), "customers", sequence="seq")
     joined, revenue = build(pipeline, orders, customers)
     return pipeline, joined, revenue
+
+
+#: How many customers the keyless top keeps.
+TOP = 3
+#: The top customers' columns.
+TOP_COLUMNS = ["customer", "orders", "revenue"]
+
+
+def build_top(pipeline: Pipeline, orders: Stream) -> tuple[Stream, Stream]:
+    """Revenue per customer (a stage keyed by the customer), then the
+    :data:`TOP` customers by revenue over all customers (a keyless stage,
+    one partition), ties by customer."""
+    per_customer = GroupAggregate(
+        orders.schema,
+        group_by=["customer"],
+        aggregates=[Aggregate.count(name="orders"), Aggregate.sum("amount", "revenue")],
+        changelog=True,
+        name="customer_revenue",
+    )
+    revenue = pipeline.stage(per_customer, orders, keys=["customer"])
+    top = TopN(
+        revenue.schema,
+        order_by=[KeyColumn("revenue", Direction.DESC, NullOrder.LAST), "customer"],
+        limit=TOP,
+        name="top_customers",
+    )
+    return revenue, pipeline.stage(top, revenue, keys=())
+
+
+def top_customers(orders: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    """The :data:`TOP` customers of materialised ``(order_id, customer,
+    amount)`` rows, as ``(customer, orders, revenue)``, computed directly."""
+    totals: dict[int, tuple[int, int]] = {}
+    for (_, customer, amount), n in orders.items():
+        count, revenue = totals.get(customer, (0, 0))
+        totals[customer] = (count + n, revenue + n * amount)
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
+    return Counter((c, n, r) for c, (n, r) in ranked)
 
 
 def changes(seed: int, batches: int) -> list[tuple[pa.Table, pa.Table]]:

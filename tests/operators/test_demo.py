@@ -195,15 +195,15 @@ class TestExpectedTables:
         (dropping deletions), joins them, sums revenue per segment and ranks
         customers by revenue, ties by customer, keeping five."""
         orders = [
-            (1, "c1", 100, "USD", 0, "+I"),
-            (1, "c1", 100, "USD", 5, "-U"),
-            (1, "c1", 300, "USD", 6, "+U"),
-            (2, "c2", 200, "USD", 1, "+I"),
-            (3, "c3", 900, "USD", 2, "+I"),
-            (3, "c3", 900, "USD", 7, "-D"),
-            (4, "c4", 300, "USD", 3, "+I"),
-            (5, "c9", 999, "USD", 4, "+I"),  # no such customer: no join
-            *[(10 + i, f"d{i}", 50 + i, "USD", 10 + i, "+I") for i in range(4)],
+            (1, "c1", 100, 0, "+I"),
+            (1, "c1", 100, 5, "-U"),
+            (1, "c1", 300, 6, "+U"),
+            (2, "c2", 200, 1, "+I"),
+            (3, "c3", 900, 2, "+I"),
+            (3, "c3", 900, 7, "-D"),
+            (4, "c4", 300, 3, "+I"),
+            (5, "c9", 999, 4, "+I"),  # no such customer: no join
+            *[(10 + i, f"d{i}", 50 + i, 10 + i, "+I") for i in range(4)],
         ]
         customers = [
             ("c1", "smb", 0, "+I"),
@@ -218,12 +218,12 @@ class TestExpectedTables:
         write_batches(tmp_path / "customers", [_table(CUSTOMERS, customers)], "customers")
         segments, top = expected_tables(spark, tmp_path)
         assert sorted(segments) == [("retail", 4, 206), ("smb", 3, 800)]
-        assert sorted(top, key=lambda r: (-r[4], r[1])) == [
-            ("USD", "c1", "smb", 1, 300),
-            ("USD", "c4", "smb", 1, 300),
-            ("USD", "c2", "smb", 1, 200),
-            ("USD", "d3", "retail", 1, 53),
-            ("USD", "d2", "retail", 1, 52),
+        assert sorted(top, key=lambda r: (-r[3], r[0])) == [
+            ("c1", "smb", 1, 300),
+            ("c4", "smb", 1, 300),
+            ("c2", "smb", 1, 200),
+            ("d3", "retail", 1, 53),
+            ("d2", "retail", 1, 52),
         ]
 
 
@@ -264,5 +264,5 @@ class TestDemoPipeline:
             (s, n, r) for s, (n, r) in per_segment.items()
         )
         assert materialise(
-            outputs[top.name], ["o_currency", "c_customer", "c_segment", "orders", "revenue"]
-        ) == sorted(("USD", c, customers[c], n, r) for c, (n, r) in ranked)
+            outputs[top.name], ["c_customer", "c_segment", "orders", "revenue"]
+        ) == sorted((c, customers[c], n, r) for c, (n, r) in ranked)

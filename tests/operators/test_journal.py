@@ -92,6 +92,30 @@ class TestJournal:
         with pytest.raises(InputError, match="stages"):
             journal.bind_shape(QueryShape(SHAPE.stages[:1], 3))
 
+    def test_stage_partitions_are_recorded_and_older_shapes_still_read(
+        self, tmp_path: Path
+    ) -> None:
+        """The query record gives each stage its partition count (the
+        query's for a keyed stage, 1 for a keyless one); a record without
+        per-stage counts reads as the query's count for every stage, and one
+        whose counts contradict the stages' keys is refused; a keyed stage
+        made keyless is refused at start."""
+        journal = _journal(tmp_path)
+        shape = QueryShape((StageShape("agg", ("bigint",)), StageShape("top", ())), 4)
+        journal.bind_shape(shape)
+        written = json.loads((tmp_path / "state" / "_runner" / "query.json").read_text())
+        assert [s["partitions"] for s in written["stages"]] == [4, 1]
+        assert journal.shape() == shape and shape.stage_partitions() == {"agg": 4, "top": 1}
+        with pytest.raises(InputError, match=r"key types \[\['bigint'\], \[\]\]"):
+            journal.bind_shape(QueryShape((shape.stages[0], StageShape("top", ("bigint",))), 4))
+        for stage in written["stages"]:
+            del stage["partitions"]
+        older = QueryShape.from_json(written)
+        assert older == shape
+        written["stages"][1]["partitions"] = 4
+        with pytest.raises(InputError, match=r"'top' 4 partitions .* a keyless stage has 1"):
+            QueryShape.from_json(written)
+
     def test_prune_keeps_the_newest_records(self, tmp_path: Path) -> None:
         """Pruning keeps the newest N records (and their start times) and
         deletes the rest."""

@@ -8,7 +8,15 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _pipeline_work import SegmentRevenue, changes, harness_pipeline
+from _pipeline_work import (
+    KINDS,
+    TOP_COLUMNS,
+    SegmentRevenue,
+    build_top,
+    changes,
+    harness_pipeline,
+    top_customers,
+)
 
 from operators import InputError, Operator, OperatorContext, Pipeline, RowKind, Watermark
 from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
@@ -84,6 +92,28 @@ class TestBuildErrors:
             pipeline.check_complete([first])
         pipeline.check_complete([first, second])
 
+    def test_keyless_stage(self) -> None:
+        """keys=() makes a keyless stage (one partition in a query of any
+        count); keys given for one side only, or as None, are refused, and
+        the harness refuses more than one partition for a keyless stage."""
+        pipeline = Pipeline()
+        stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
+        keyed = pipeline.stage(RunningAggregate(), stream, keys=["key"])
+        pipeline.stage(RunningAggregate(name="all"), stream, keys=())
+        keyless = pipeline.stages[1]
+        assert keyless.keyless and keyless.partitions(4) == 1
+        assert not pipeline.stages[0].keyless and pipeline.stages[0].partitions(4) == 4
+        pair = _Lagging("pair")
+        pair.inputs = [pa.schema([("key", pa.string())])] * 2
+        with pytest.raises(InputError, match="each list of one length"):
+            pipeline.stage(pair, stream, keyed, keys=[[], ["key"]])
+        with pytest.raises(InputError, match=r"keys=\(\) for a keyless stage"):
+            pipeline.stage(RunningAggregate(name="none"), stream, keys=None)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match=r"keyless stage\(s\) \['all'\] run on one partition"):
+            PipelineHarness(pipeline, [3, 3])
+        with PipelineHarness(pipeline, [3, 1]) as harness:
+            assert [len(h) for h in harness.harnesses] == [3, 1]
+
     def test_event_time_and_sequence_columns(self) -> None:
         """A watermark on a missing column and a sequence column that is not
         an integer are refused when the source is added."""
@@ -132,6 +162,30 @@ class TestPipelineHarness:
                         acc[1] += n * amount
                 got = materialised(out_revenue, ["key", "count", "total"])
                 assert got == Counter({(k, v[0], v[1]): 1 for k, v in expected.items()})
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_keyed_stage_then_keyless_top(self, seed: int) -> None:
+        """Revenue per customer (3 partitions) feeding a keyless top-3 over
+        all customers, 4 batches of random order changelogs: the top stage
+        runs as one partition holding every customer's row, and its output
+        after every batch materialises to the top 3 of the materialised
+        orders, computed directly."""
+        pipeline = Pipeline()
+        orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
+        _, top = build_top(pipeline, orders)
+        all_orders: list[dict[str, Any]] = []
+        out_top: list[dict[str, Any]] = []
+        with PipelineHarness(pipeline, 3) as harness:
+            assert [len(h) for h in harness.harnesses] == [3, 1]
+            for o, _ in changes(seed, 4):
+                outputs = harness.run_batch({"orders": o})
+                out_top += outputs[top.name].to_pylist()
+                all_orders += o.to_pylist()
+                live = materialised(all_orders, ["order_id", "customer", "amount"])
+                assert materialised(out_top, TOP_COLUMNS) == top_customers(live)
+            # The top's one partition holds every customer's (revenue, customer, orders).
+            customers = {c for _, c, _ in live}
+            assert {row[1] for row in harness.harnesses[1][0].table("rows").scan()} == customers
 
     def test_rows_go_to_sparks_partition_of_their_key(self) -> None:
         """Each partition of a stage holds exactly the keys Spark's hash puts there."""

@@ -1,6 +1,7 @@
 """Pipelines on Spark: two stages in one query against the harness and
-against two queries, crashes between and inside stages, build-time errors,
-withWatermark and time zones, and what Spark's monitoring shows."""
+against two queries, a keyed stage feeding a keyless one, crashes between and
+inside stages, build-time errors, withWatermark and time zones, and what
+Spark's monitoring shows."""
 
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from _pipeline_job import run
-from _pipeline_work import SegmentRevenue, build, changes, harness_pipeline
+from _pipeline_work import (
+    KINDS,
+    TOP,
+    TOP_COLUMNS,
+    SegmentRevenue,
+    build,
+    build_top,
+    changes,
+    harness_pipeline,
+)
 from pyarrow.fs import LocalFileSystem
 
 from operators import (
@@ -27,9 +37,12 @@ from operators import (
     run_operator,
     stage_progress,
 )
-from operators._bench.revenue_pipeline import revenue_query, sources, write_changes
+from operators._bench.revenue_pipeline import ORDERS, revenue_query, sources, write_changes
+from operators._inspect import describe
 from operators._journal import Journal
-from operators.demo import join_orders
+from operators._repartition import repartition
+from operators._state_location import StateLocation
+from operators.demo import join_orders, materialised, read_batches, write_batches
 from operators.examples import RunningAggregate
 from operators.testing import PipelineHarness
 from statestore import PartitionCheckpoint
@@ -196,6 +209,151 @@ class TestTwoStages:
             revenue["numRowsTotal"] == query.history[-1]["stages"]["revenue"]["numTotalStateRows"]
         )
         assert revenue["numRowsTotal"] > 0
+
+
+def _run_top(spark: Any, root: Path, partitions: int) -> tuple[ParquetSink, Any]:
+    """Revenue per customer then the keyless top over the order files under
+    ``root``, to the end; the top's sink and the query."""
+    pipeline = Pipeline()
+    frame = read_batches(spark, root / "orders", ORDERS.append(KINDS))
+    orders = pipeline.source(frame, "orders", sequence="seq")
+    _, top = build_top(pipeline, orders)
+    sink = ParquetSink(str(root / "top"))
+    query = pipeline.start(
+        top,
+        sink,
+        checkpoint=str(root / "checkpoint"),
+        partitions=partitions,
+        trigger={"availableNow": True},
+        query_name="top_pipeline",
+    )
+    query.awaitTermination()
+    return sink, query
+
+
+def _top_by_batch(spark: Any, sink: ParquetSink, batches: int) -> list[Counter[tuple[Any, ...]]]:
+    """The top's output rows of each batch (with their row kinds)."""
+    rows = sink.read(spark).collect()
+    return [
+        Counter((*(r[c] for c in TOP_COLUMNS), r["row_kind"]) for r in rows if r["batch"] == b)
+        for b in range(batches)
+    ]
+
+
+def _top_harness(work: list[tuple[pa.Table, pa.Table]]) -> list[Counter[tuple[Any, ...]]]:
+    """The keyless top's output per batch, run by the harness (3 partitions
+    for the keyed stage)."""
+    pipeline = Pipeline()
+    orders = pipeline.source(ORDERS.append(KINDS), "orders", sequence="seq")
+    _, top = build_top(pipeline, orders)
+    out = []
+    with PipelineHarness(pipeline, 3) as harness:
+        for o, _ in work:
+            rows = harness.run_batch({"orders": o})[top.name].to_pylist()
+            out.append(Counter((*(r[c] for c in TOP_COLUMNS), r["row_kind"]) for r in rows))
+    return out
+
+
+def _top_by_sql(spark: Any, work: list[tuple[pa.Table, pa.Table]]) -> Counter[tuple[Any, ...]]:
+    """The top customers by Spark batch SQL over the materialised orders."""
+    live = materialised(
+        [r for o, _ in work for r in o.to_pylist()], ["order_id", "customer", "amount"]
+    )
+    frame = spark.createDataFrame(
+        list(live.elements()), "order_id long, customer long, amount long"
+    )
+    frame.createOrReplaceTempView("keyless_orders")
+    rows = spark.sql(
+        "SELECT customer, orders, revenue FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY "
+        "revenue DESC, customer) AS rank FROM (SELECT customer, COUNT(*) AS orders, "
+        "SUM(amount) AS revenue FROM keyless_orders GROUP BY customer)) "
+        f"WHERE rank <= {TOP}"
+    ).collect()
+    return Counter(tuple(r) for r in rows)
+
+
+def _materialised_top(batches: list[Counter[tuple[Any, ...]]]) -> Counter[tuple[Any, ...]]:
+    net: Counter[tuple[Any, ...]] = Counter()
+    for batch in batches:
+        for (*row, kind), n in batch.items():
+            net[tuple(row)] += n if RowKind(kind).is_accumulate else -n
+    return +net
+
+
+class TestKeylessStage:
+    def test_keyed_stage_then_keyless_top(self, spark: Any, tmp_path: Path) -> None:
+        """Revenue per customer on 3 partitions feeding a keyless top-3, 4
+        batches in one query: every batch's output equals the harness, the
+        end result equals Spark's ROW_NUMBER() over all customers, the top's
+        state is one partition recorded as such, and its stateOperators
+        entry reports one state store instance."""
+        work = changes(seed=7, batches=4)
+        write_batches(tmp_path / "orders", [o for o, _ in work], prefix="part")
+        sink, query = _run_top(spark, tmp_path, 3)
+        got = _top_by_batch(spark, sink, len(work))
+        assert got == _top_harness(work)
+        assert _materialised_top(got) == _top_by_sql(spark, work)
+        location = StateLocation(str(tmp_path / "checkpoint"))
+        shape = location.query()
+        assert shape is not None
+        assert shape.stage_partitions() == {"customer_revenue": 3, "top_customers": 1}
+        assert location.partitions("top_customers") == [0]
+        assert location.partitions("customer_revenue") == [0, 1, 2]
+        record = location.record(len(work) - 1)
+        assert record is not None and list(record.winners_of("top_customers")) == [0]
+        progress = query.stage_progress(len(work) - 1)
+        assert [(p["operatorName"], p["numStateStoreInstances"]) for p in progress] == [
+            ("relstate:customer_revenue", 3),
+            ("relstate:top_customers", 1),
+        ]
+
+    def test_repartition_keeps_the_keyless_stage_and_the_query_resumes(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """Repartitioning a stopped query from 3 to 2 moves the keyed stage
+        and carries the keyless top's one partition over as it was (inspect
+        says so); the query then resumes on 2 partitions and every batch's
+        output still equals the harness, the end result Spark SQL."""
+        work = changes(seed=8, batches=5)
+        write_batches(tmp_path / "orders", [o for o, _ in work[:3]], prefix="part")
+        _run_top(spark, tmp_path, 3)
+        checkpoint = str(tmp_path / "checkpoint")
+        result = repartition(checkpoint, 2)
+        assert result.keyless == ("top_customers",)
+        location = StateLocation(checkpoint)
+        assert location.partitions("top_customers") == [0]
+        assert location.partitions("customer_revenue") == [0, 1]
+        text = describe(location)
+        assert "query: 2 partitions" in text and "top_customers (no key, 1 partition)" in text
+        # Files newer than the first three, under names of their own.
+        write_batches(tmp_path / "orders", [o for o, _ in work[3:]], prefix="later")
+        sink, _ = _run_top(spark, tmp_path, 2)
+        got = _top_by_batch(spark, sink, len(work))
+        assert got == _top_harness(work)
+        assert _materialised_top(got) == _top_by_sql(spark, work)
+
+
+def _join_only(pipeline: Pipeline, orders: Any, customers: Any) -> Any:
+    """The join stage of the revenue pipeline alone."""
+    joined, _revenue = build(pipeline, orders, customers)
+    pipeline.stages.pop()  # the revenue stage: only the join runs here
+    return joined
+
+
+def _with_emit_order(batches: Any) -> Any:
+    """Each row with its input partition and position, as one number."""
+    import numpy as np
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    position = context.partitionId() << 40
+    for batch in batches:
+        order = pa.array(np.arange(position, position + batch.num_rows, dtype=np.int64))
+        position += batch.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, order], names=[*batch.schema.names, "emit_order"]
+        )
 
 
 def _wait(done: Any, seconds: float = 30) -> None:

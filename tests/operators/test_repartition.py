@@ -362,6 +362,15 @@ class TestRefusals:
             repartition(checkpoint, 3)
         assert json.loads(record_path.read_text()) == staged
 
+    def test_a_query_of_keyless_stages_only(self, tmp_path: Path) -> None:
+        """A query whose one stage is keyless (one partition whatever the
+        query's count) has nothing to repartition: refused, nothing written."""
+        checkpoint = commit_state(tmp_path, OPERATOR, TABLES, [_rows(seed=14)], [])
+        with pytest.raises(InputError, match=r"is keyless: .* nothing to repartition"):
+            repartition(checkpoint, 3)
+        assert not (tmp_path / "checkpoint" / "state.repartition").exists()
+        assert StateLocation(checkpoint).partitions(OPERATOR) == [0]
+
     def test_a_row_outside_its_hash_partition(self, tmp_path: Path) -> None:
         """State not partitioned by its leading key (all rows in partition 0)
         is refused rather than scattered wrongly."""

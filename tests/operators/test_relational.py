@@ -1,0 +1,38 @@
+"""The relational operators' shared helpers: batched multiplicity writes."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from encoding import TableSchema
+from operators._relational import add_counts, unheld
+from statestore import ConsistencyMode, StateStore
+
+COUNTS = TableSchema(
+    1,
+    pa.schema([("g", pa.string()), ("v", pa.int64()), ("__n", pa.int64(), False)]),
+    ["g", "v"],
+    name="counts",
+)
+
+
+class TestAddCounts:
+    def test_inserts_updates_and_deletes_in_one_call(self) -> None:
+        """Net changes go in as one batch: a new row is inserted, a held row's
+        count updated, one brought to zero deleted, and one retracted past
+        what was held deleted and reported by unheld; before/after per row."""
+        store = StateStore.in_memory("op", 0, [COUNTS], ConsistencyMode.UNCHECKED)
+        store.load(None)
+        table = store.table("counts")
+        table.insert(("a", 1, 2))
+        table.insert(("a", 2, 1))
+        table.insert(("b", 1, 1))
+        store.commit(0)
+        store.load(0)
+        table = store.table("counts")
+        rows = pa.table({"g": ["a", "a", "b", "c", "c"], "v": [1, 2, 1, 1, 2]})
+        before, after = add_counts(table, rows, pa.array([3, -1, -3, 1, -2], pa.int64()))
+        assert before.to_pylist() == [2, 1, 1, 0, 0]
+        assert after.to_pylist() == [5, 0, -2, 1, -2]
+        assert unheld(after) == 4
+        assert sorted(table.scan()) == [("a", 1, 5), ("c", 1, 1)]
