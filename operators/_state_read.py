@@ -268,7 +268,9 @@ def _batch_changes(
                     break
                 touched.add(table.keys.decode_prefix(key)[0])
         touched.update(
-            table.keys.decode_prefix(key)[0] for key, _ in log.ops if key.startswith(prefix)
+            table.keys.decode_prefix(key)[0]
+            for key in log.writes.keys.to_pylist()
+            if key.startswith(prefix)
         )
     keys = sorted(touched, key=table.keys.encode)
     old_rows = table.get_rows(keys)

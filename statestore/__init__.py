@@ -24,7 +24,7 @@ from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
 from statestore._transfer import read_changelogs
-from statestore._typing import KVBackend, WriteOp
+from statestore._typing import KVBackend, WriteOp, Writes
 from statestore.errors import (
     AmbiguousVersionError,
     BackendClosedError,
@@ -81,6 +81,7 @@ __all__ = [
     "VersionNotFoundError",
     "WinnerConflictError",
     "WriteOp",
+    "Writes",
     "apply_log_config",
     "capture_events",
     "configure_logging",

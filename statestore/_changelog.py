@@ -24,16 +24,16 @@ length u32 | value) is still read.
 
 from __future__ import annotations
 
-import operator
 import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from statestore._typing import WriteOp
+from statestore._typing import WriteOp, Writes
 
 __all__ = ["FORMAT_VERSION", "Changelog", "ChangelogFormatError", "decode", "encode"]
 
@@ -46,7 +46,6 @@ _U32 = struct.Struct(">I")
 _OP = struct.Struct(">BI")
 _PUT, _DELETE = 0, 1
 _LENGTHS = np.dtype(">u4")
-_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 
 
 class ChangelogFormatError(ValueError):
@@ -60,8 +59,13 @@ class Changelog:
 
     version: int
     commit_id: str
-    ops: list[WriteOp]
+    writes: Writes
     range_deletes: list[tuple[bytes, bytes]]
+
+    @property
+    def ops(self) -> list[WriteOp]:
+        """The writes as ``(key, value or None)`` pairs, in order."""
+        return list(self.writes)
 
 
 def encode(
@@ -71,7 +75,7 @@ def encode(
     range_deletes: Sequence[tuple[bytes, bytes]],
 ) -> bytes:
     """The changelog file of one commit (format 2)."""
-    parts: list[bytes] = [
+    parts: list[bytes | memoryview] = [
         _HEADER.pack(
             _MAGIC,
             FORMAT_VERSION,
@@ -85,26 +89,38 @@ def encode(
     u32 = _U32.pack
     for start, end in range_deletes:
         parts += (u32(len(start)), start, u32(len(end)), end)
-    n = len(ops)
-    keys = list(map(_first, ops))
-    news = list(map(_second, ops))
-    deleted = np.fromiter(map(operator.is_, news, repeat(None)), dtype=bool, count=n)
-    values = list(compress(news, ~deleted)) if deleted.any() else news
+    writes = Writes.of(ops)
+    deleted = writes.values.is_null()
+    values = writes.values.filter(pc.invert(deleted)) if writes.values.null_count else writes.values
     parts += (
-        deleted.astype(np.uint8).tobytes(),
-        _lengths(keys),
+        np.asarray(deleted.to_numpy(zero_copy_only=False), dtype=np.uint8).tobytes(),
+        _lengths(writes.keys),
         _lengths(values),
-        b"".join(keys),
-        b"".join(values),
+        _data(writes.keys),
+        _data(values),
     )
     body = b"".join(parts)
     return body + _TRAILER.pack(zlib.crc32(body), _END)
 
 
-def _lengths(items: list[bytes]) -> bytes:
+def _offsets(items: pa.Array) -> np.ndarray:
+    """The ``len(items) + 1`` offsets of a ``large_binary`` array."""
+    offsets = np.frombuffer(items.buffers()[1], dtype=np.int64)
+    return offsets[items.offset : items.offset + len(items) + 1]
+
+
+def _lengths(items: pa.Array) -> bytes:
     """The lengths of ``items`` as big-endian u32s."""
-    native = np.fromiter(map(len, items), dtype=np.uint32, count=len(items))
-    return native.astype(_LENGTHS).tobytes()
+    return np.diff(_offsets(items)).astype(_LENGTHS).tobytes()
+
+
+def _data(items: pa.Array) -> memoryview:
+    """The bytes of ``items`` back to back (a view of the array's data)."""
+    offsets = _offsets(items)
+    data = items.buffers()[2]
+    if data is None:
+        return memoryview(b"")
+    return memoryview(data)[int(offsets[0]) : int(offsets[-1])]
 
 
 def decode(data: bytes) -> Changelog:
@@ -152,7 +168,7 @@ def _ranges(data: bytes, pos: int, count: int) -> tuple[int, list[tuple[bytes, b
     return pos, out
 
 
-def _records(data: bytes, pos: int, count: int) -> tuple[int, list[WriteOp]]:
+def _records(data: bytes, pos: int, count: int) -> tuple[int, Writes]:
     u32 = _U32.unpack_from
     op = _OP.unpack_from
     out: list[WriteOp] = []
@@ -174,11 +190,12 @@ def _records(data: bytes, pos: int, count: int) -> tuple[int, list[WriteOp]]:
             raise ChangelogFormatError(f"unknown operation kind {kind} at byte {pos - 5 - n}")
         if pos > limit:
             raise ChangelogFormatError("a record runs past the end of the file")
-    return pos, out
+    return pos, Writes.of(out)
 
 
-def _columns(data: bytes, pos: int, count: int) -> tuple[int, list[WriteOp]]:
-    """Format 2's operations, laid out column by column."""
+def _columns(data: bytes, pos: int, count: int) -> tuple[int, Writes]:
+    """Format 2's operations, laid out column by column: the Arrow arrays
+    are built on the file's own bytes, without a Python step per operation."""
     limit = len(data) - _TRAILER.size
 
     def take(size: int) -> memoryview:
@@ -193,21 +210,24 @@ def _columns(data: bytes, pos: int, count: int) -> tuple[int, list[WriteOp]]:
     if kinds.size and int(kinds.max()) > _DELETE:
         bad = int(np.flatnonzero(kinds > _DELETE)[0])
         raise ChangelogFormatError(f"unknown operation kind {int(kinds[bad])} at operation {bad}")
-    puts = count - int(kinds.sum())
-    key_lengths = np.frombuffer(take(4 * count), dtype=_LENGTHS)
-    value_lengths = np.frombuffer(take(4 * puts), dtype=_LENGTHS)
-    key_ends = np.cumsum(key_lengths, dtype=np.int64)
-    value_ends = np.cumsum(value_lengths, dtype=np.int64)
-    keys = bytes(take(int(key_ends[-1]) if count else 0))
-    values = bytes(take(int(value_ends[-1]) if puts else 0))
-    key_at = (key_ends - key_lengths).tolist()
-    value_spans = iter(zip((value_ends - value_lengths).tolist(), value_ends.tolist(), strict=True))
-    out: list[WriteOp] = []
-    append = out.append
-    for kind, start, stop in zip(kinds.tolist(), key_at, key_ends.tolist(), strict=True):
-        if kind == _PUT:
-            v_start, v_stop = next(value_spans)
-            append((keys[start:stop], values[v_start:v_stop]))
-        else:
-            append((keys[start:stop], None))
-    return pos, out
+    put = kinds == _PUT
+    key_lengths = np.frombuffer(take(4 * count), dtype=_LENGTHS).astype(np.int64)
+    value_lengths = np.zeros(count, dtype=np.int64)
+    value_lengths[put] = np.frombuffer(take(4 * int(put.sum())), dtype=_LENGTHS)
+    keys = take(int(key_lengths.sum()))
+    values = take(int(value_lengths.sum()))
+    validity = None if put.all() else pa.py_buffer(np.packbits(put, bitorder="little"))
+    return pos, Writes(
+        _binary(count, None, key_lengths, keys), _binary(count, validity, value_lengths, values)
+    )
+
+
+def _binary(
+    count: int, validity: pa.Buffer | None, lengths: np.ndarray, data: memoryview
+) -> pa.Array:
+    """A ``large_binary`` array of ``count`` items of ``lengths`` over ``data``."""
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.large_binary(), count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )

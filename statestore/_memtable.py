@@ -314,11 +314,11 @@ class MemTable:
         old = self._old
         return [k for k, v in new.items() if v is None and k not in old]
 
-    def writes(self) -> list[tuple[bytes, bytes | None]]:
-        """Every key with its row after the epoch (``None``: delete it): the
-        epoch's writes for the row layout, in no particular order (a caller
-        that wants key order sorts them)."""
-        return list(self._new.items())
+    def writes(self) -> tuple[list[bytes], list[bytes | None]]:
+        """Every touched key, and at the same position its row after the epoch
+        (``None``: delete it): the epoch's writes for the row layout, in no
+        particular order (a caller that wants key order sorts them)."""
+        return list(self._new), list(self._new.values())
 
     def items(self) -> Iterator[tuple[bytes, KeyOp]]:
         """Every net operation, in no particular order."""

@@ -20,9 +20,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -48,6 +46,7 @@ from statestore._transfer import (
     read_changelogs,
     upload_snapshot,
 )
+from statestore._typing import Writes
 from statestore.errors import BackendError, EpochError, IncompatibleStateError, StoreStateError
 
 __all__ = ["StateStore"]
@@ -258,7 +257,7 @@ class StateStore(StoreTables):
             read_changelogs(self.checkpoint.fs, chain, target.version, self.config.io_threads),
             strict=True,
         ):
-            backend.write(log.ops, log.range_deletes)
+            backend.write(log.writes, log.range_deletes)
             moved.files_copied += 1
             moved.bytes_copied += ref.file.size
         fault("load.after_replay")
@@ -424,7 +423,7 @@ class StateStore(StoreTables):
         return info
 
     def _write_changelogs(
-        self, commit: CommitRef, ops: list[Any], ranges: list[tuple[bytes, bytes]]
+        self, commit: CommitRef, ops: Writes, ranges: list[tuple[bytes, bytes]]
     ) -> list[ChangelogRef]:
         """The commit's changelog: one file, or with spills one part per spilled
         segment and a last part for the rest. Each part is one batch on replay,
@@ -437,7 +436,7 @@ class StateStore(StoreTables):
             segment = _changelog.decode(path.read_bytes())
             refs.append(
                 self.checkpoint.write_changelog(
-                    commit, segment.ops, segment.range_deletes, part=part
+                    commit, segment.writes, segment.range_deletes, part=part
                 )
             )
         refs.append(self.checkpoint.write_changelog(commit, ops, ranges, part=len(refs)))
@@ -451,10 +450,10 @@ class StateStore(StoreTables):
         RocksDB. Until the commit, the local database is ahead of the
         checkpoint, so an abort or a crash reloads the last version."""
         try:
-            ops, ranges = table.spill()
-            if not ops and not ranges:
+            spilled = table.spill()
+            if not spilled.keys and not spilled.range_deletes:
                 return
-            ops.sort(key=itemgetter(0))  # key order, as in _prepare
+            ops, ranges = spilled.in_key_order(), spilled.range_deletes  # as in _prepare
             backend = self._live_backend()
             path = self._local.spill_dir() / f"{len(self._spills):08d}.seg"
             path.write_bytes(_changelog.encode(0, _SEGMENT_ID, ops, ranges))
@@ -472,7 +471,7 @@ class StateStore(StoreTables):
         self._spills = []
         self._local.clear_spills()
 
-    def _prepare(self, version: int) -> tuple[list[Any], list[tuple[bytes, bytes]], int, int]:
+    def _prepare(self, version: int) -> tuple[Writes, list[tuple[bytes, bytes]], int, int]:
         return prepare_tables(self._tables.values(), version)
 
     def _manifest(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import itemgetter, lt
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +27,7 @@ from encoding import (
 )
 from statestore._log import get_logger
 from statestore._memtable import UNTOUCHED, KeyOp, MemTable, OpKind
-from statestore._typing import KVBackend, WriteOp
+from statestore._typing import KVBackend, Writes
 from statestore._values import TableValues, values_of
 from statestore.errors import EpochError, InconsistencyError
 
@@ -657,7 +657,7 @@ class StateTable:
 
     # -- commit ---------------------------------------------------------------------
 
-    def prepare_commit(self, epoch: int) -> tuple[list[WriteOp], list[tuple[bytes, bytes]]]:
+    def prepare_commit(self, epoch: int) -> TableWrites:
         """The backend writes that commit this epoch (the MemTable's net
         operations, the metadata row, the range deletes), without writing them.
 
@@ -669,17 +669,19 @@ class StateTable:
                 f"table {self.schema.name!r}: epoch {epoch} is not above the last "
                 f"committed epoch {self._last_epoch}; epochs must increase"
             )
-        ops, range_deletes = self._epoch_writes()
+        writes = self._epoch_writes()
         rows = self.metrics.committed_rows + self._pending_delta()
-        ops.append((self._meta_key, _META.pack(epoch, rows)))
-        return ops, range_deletes
+        writes.keys.append(self._meta_key)
+        writes.values.append(_META.pack(epoch, rows))
+        return writes
 
-    def _epoch_writes(self) -> tuple[list[WriteOp], list[tuple[bytes, bytes]]]:
+    def _epoch_writes(self) -> TableWrites:
         """The MemTable's writes and range deletes, squared with storage first
         in relaxed mode."""
         if self._verify_at_commit:
             self._verify_relaxed()
-        return self.values.writes(self._mem.writes()), list(self._range_deletes)
+        keys, values = self.values.writes(*self._mem.writes())
+        return TableWrites(keys, values, list(self._range_deletes))
 
     def _maybe_spill(self) -> None:
         if (
@@ -689,7 +691,7 @@ class StateTable:
         ):
             self.on_spill(self)
 
-    def spill(self) -> tuple[list[WriteOp], list[tuple[bytes, bytes]]]:
+    def spill(self) -> TableWrites:
         """Hand over the MemTable: its writes and range deletes, to be written to
         the backend *now*, as one batch, by the caller (a state store, which
         also logs them for the commit). The epoch goes on: reads then find
@@ -697,12 +699,12 @@ class StateTable:
         the row count. Only a caller that can undo the backend on abort (the
         state store reloads the last version) may spill.
         """
-        ops, range_deletes = self._epoch_writes()
+        writes = self._epoch_writes()
         self._spilled_delta = self._pending_delta()
         self._range_removed = 0
         self._mem.clear()
         self._range_deletes = []
-        return ops, range_deletes
+        return writes
 
     def _verify_relaxed(self) -> None:
         """Turn the epoch's operations into ones that agree with storage, with
@@ -756,8 +758,8 @@ class StateTable:
 
     def commit(self, epoch: int) -> None:
         """Write the epoch to the backend in one atomic batch."""
-        ops, range_deletes = self.prepare_commit(epoch)
-        self.backend.write(ops, range_deletes)
+        writes = self.prepare_commit(epoch)
+        self.backend.write(writes.in_key_order(), writes.range_deletes)
         self.finish_commit(epoch)
 
     def abort(self) -> None:
@@ -838,25 +840,40 @@ def _read_many(values: TableValues, keys: Sequence[bytes], stored_rows: int) -> 
 
 def prepare_tables(
     tables: Iterable[StateTable], epoch: int
-) -> tuple[list[WriteOp], list[tuple[bytes, bytes]], int, int]:
+) -> tuple[Writes, list[tuple[bytes, bytes]], int, int]:
     """Every table's commit writes for ``epoch`` as one batch, in key order, and
     the rows updated and removed (Spark's numUpdatedStateRows /
     numRemovedStateRows): what a state store writes, in memory or in RocksDB."""
-    ops: list[WriteOp] = []
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
     ranges: list[tuple[bytes, bytes]] = []
     updated = removed = 0
     for table in tables:
-        table_ops, table_ranges = table.prepare_commit(epoch)
-        ops.extend(table_ops)
-        ranges.extend(table_ranges)
+        writes = table.prepare_commit(epoch)
+        keys += writes.keys
+        values += writes.values
+        ranges += writes.range_deletes
         m = table.metrics
         updated += m.inserted + m.updated
         removed += m.deleted + m.removed_by_range
     # In key order RocksDB takes a batch several times faster (its
     # MemTable inserts find their place near the last one), and so does a
     # replay of the changelog. Keys are distinct, tables' ids apart.
-    ops.sort(key=itemgetter(0))
-    return ops, ranges, updated, removed
+    return Writes.in_key_order(keys, values), ranges, updated, removed
+
+
+class TableWrites(NamedTuple):
+    """One table's writes of an epoch: ``keys[i]`` gets ``values[i]``
+    (``None``: delete it), in no particular order; the range deletes
+    ``[start, end)`` apply first."""
+
+    keys: list[bytes]
+    values: list[bytes | None]
+    range_deletes: list[tuple[bytes, bytes]]
+
+    def in_key_order(self) -> Writes:
+        """The point writes as one batch in key order."""
+        return Writes.in_key_order(self.keys, self.values)
 
 
 def check_tables(tables: Sequence[TableSchema]) -> dict[str, TableSchema]:

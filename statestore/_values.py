@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Protocol
 
 from encoding import CellCodec, KeyCodec, RowCodec, TableSchema, ValueLayout
-from statestore._typing import KVBackend, WriteOp
+from statestore._typing import KVBackend
 
 __all__ = ["CellValues", "RowValues", "TableValues", "values_of"]
 
@@ -70,8 +70,11 @@ class TableValues(Protocol):
         """Rows in ``[lower, upper)``, reading keys only."""
         ...
 
-    def writes(self, ops: Iterable[tuple[bytes, bytes | None]]) -> list[WriteOp]:
-        """The backend writes that store each ``(row key, row or None)``."""
+    def writes(
+        self, keys: list[bytes], rows: list[bytes | None]
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        """The backend writes (keys, and values or ``None`` to delete) that
+        store the row ``rows[i]`` (``None``: no row) at ``keys[i]``."""
         ...
 
 
@@ -132,8 +135,10 @@ class RowValues:
             keys = filter(keep, keys)
         return sum(1 for _ in keys)
 
-    def writes(self, ops: Iterable[tuple[bytes, bytes | None]]) -> list[WriteOp]:
-        return list(ops)
+    def writes(
+        self, keys: list[bytes], rows: list[bytes | None]
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        return keys, rows
 
 
 class CellValues:
@@ -218,13 +223,18 @@ class CellValues:
                 count, last = count + 1, k[:cut]
         return count
 
-    def writes(self, ops: Iterable[tuple[bytes, bytes | None]]) -> list[WriteOp]:
-        out: list[WriteOp] = []
-        for key, new in ops:
+    def writes(
+        self, keys: list[bytes], rows: list[bytes | None]
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        cell_keys: list[bytes] = []
+        cells: list[bytes | None] = []
+        for key, new in zip(keys, rows, strict=True):
             if new is None:
                 # Every cell the row may have, written under any schema so far.
-                out.extend((key + suffix, None) for suffix in self._suffixes)
+                cell_keys.extend(key + suffix for suffix in self._suffixes)
+                cells.extend([None] * len(self._suffixes))
             else:
-                cells = self._cells.encode(self._rows.decode(new))
-                out.extend((key + suffix, cell) for suffix, cell in cells)
-        return out
+                for suffix, cell in self._cells.encode(self._rows.decode(new)):
+                    cell_keys.append(key + suffix)
+                    cells.append(cell)
+        return cell_keys, cells
