@@ -170,7 +170,7 @@ def test_changelog_replay(benchmark: BenchmarkFixture, tmp_path: Path) -> None:
 
     def replay() -> None:
         log = _changelog.decode(data)
-        backend.write(log.ops, log.range_deletes)
+        backend.write(log.writes, log.range_deletes)
 
     benchmark.pedantic(replay, rounds=10, iterations=1)
     backend.close()

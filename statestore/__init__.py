@@ -24,7 +24,8 @@ from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
 from statestore._transfer import read_changelogs
-from statestore._typing import KVBackend, WriteOp, Writes
+from statestore._typing import KVBackend, WriteOp
+from statestore._writes import Writes
 from statestore.errors import (
     AmbiguousVersionError,
     BackendClosedError,

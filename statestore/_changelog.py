@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from statestore._typing import WriteOp, Writes
+from statestore._typing import WriteOp
+from statestore._writes import Writes
 
 __all__ = ["FORMAT_VERSION", "Changelog", "ChangelogFormatError", "decode", "encode"]
 
@@ -46,6 +46,7 @@ _U32 = struct.Struct(">I")
 _OP = struct.Struct(">BI")
 _PUT, _DELETE = 0, 1
 _LENGTHS = np.dtype(">u4")
+_MAX_LENGTH = 2**32 - 1
 
 
 class ChangelogFormatError(ValueError):
@@ -61,11 +62,6 @@ class Changelog:
     commit_id: str
     writes: Writes
     range_deletes: list[tuple[bytes, bytes]]
-
-    @property
-    def ops(self) -> list[WriteOp]:
-        """The writes as ``(key, value or None)`` pairs, in order."""
-        return list(self.writes)
 
 
 def encode(
@@ -90,17 +86,20 @@ def encode(
     for start, end in range_deletes:
         parts += (u32(len(start)), start, u32(len(end)), end)
     writes = Writes.of(ops)
-    deleted = writes.values.is_null()
-    values = writes.values.filter(pc.invert(deleted)) if writes.values.null_count else writes.values
+    deleted = writes.values.is_null().to_numpy(zero_copy_only=False)
+    values = writes.values.drop_null()
     parts += (
-        np.asarray(deleted.to_numpy(zero_copy_only=False), dtype=np.uint8).tobytes(),
+        deleted.astype(np.uint8).tobytes(),
         _lengths(writes.keys),
         _lengths(values),
         _data(writes.keys),
         _data(values),
     )
-    body = b"".join(parts)
-    return body + _TRAILER.pack(zlib.crc32(body), _END)
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    parts.append(_TRAILER.pack(crc, _END))
+    return b"".join(parts)
 
 
 def _offsets(items: pa.Array) -> np.ndarray:
@@ -111,7 +110,10 @@ def _offsets(items: pa.Array) -> np.ndarray:
 
 def _lengths(items: pa.Array) -> bytes:
     """The lengths of ``items`` as big-endian u32s."""
-    return np.diff(_offsets(items)).astype(_LENGTHS).tobytes()
+    lengths = np.diff(_offsets(items))
+    if lengths.size and int(lengths.max()) > _MAX_LENGTH:
+        raise ValueError("a key or value of 4 GiB or more does not fit a changelog")
+    return lengths.astype(_LENGTHS).tobytes()
 
 
 def _data(items: pa.Array) -> memoryview:
@@ -171,8 +173,8 @@ def _ranges(data: bytes, pos: int, count: int) -> tuple[int, list[tuple[bytes, b
 def _records(data: bytes, pos: int, count: int) -> tuple[int, Writes]:
     u32 = _U32.unpack_from
     op = _OP.unpack_from
-    out: list[WriteOp] = []
-    append = out.append
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
     limit = len(data) - _TRAILER.size
     for _ in range(count):
         kind, n = op(data, pos)
@@ -182,15 +184,17 @@ def _records(data: bytes, pos: int, count: int) -> tuple[int, Writes]:
         if kind == _PUT:
             (n,) = u32(data, pos)
             pos += 4
-            append((key, data[pos : pos + n]))
+            keys.append(key)
+            values.append(data[pos : pos + n])
             pos += n
         elif kind == _DELETE:
-            append((key, None))
+            keys.append(key)
+            values.append(None)
         else:
             raise ChangelogFormatError(f"unknown operation kind {kind} at byte {pos - 5 - n}")
         if pos > limit:
             raise ChangelogFormatError("a record runs past the end of the file")
-    return pos, Writes.of(out)
+    return pos, Writes.columns(keys, values)
 
 
 def _columns(data: bytes, pos: int, count: int) -> tuple[int, Writes]:

@@ -46,7 +46,7 @@ from statestore._transfer import (
     read_changelogs,
     upload_snapshot,
 )
-from statestore._typing import Writes
+from statestore._writes import Writes
 from statestore.errors import BackendError, EpochError, IncompatibleStateError, StoreStateError
 
 __all__ = ["StateStore"]

@@ -27,8 +27,9 @@ from encoding import (
 )
 from statestore._log import get_logger
 from statestore._memtable import UNTOUCHED, KeyOp, MemTable, OpKind
-from statestore._typing import KVBackend, Writes
+from statestore._typing import KVBackend
 from statestore._values import TableValues, values_of
+from statestore._writes import Writes
 from statestore.errors import EpochError, InconsistencyError
 
 __all__ = [

@@ -39,7 +39,7 @@ class TestChangelogFormat:
         cid = "ab" * 16
         log = _changelog.decode(_changelog.encode(version, cid, ops, range_deletes))
         assert (log.version, log.commit_id) == (version, cid)
-        assert log.ops == ops and log.range_deletes == range_deletes
+        assert list(log.writes) == ops and log.range_deletes == range_deletes
 
     @given(ops=write_ops.filter(bool), data=st.data())
     def test_any_damage_is_detected(
@@ -72,7 +72,7 @@ class TestChangelogFormat:
         raw = body + struct.pack(">I4s", zlib.crc32(body), b"LCSR")
         log = _changelog.decode(raw)
         assert (log.version, log.commit_id) == (7, "ef" * 16)
-        assert log.ops == [(b"k1", b"val"), (b"k2", None)]
+        assert list(log.writes) == [(b"k1", b"val"), (b"k2", None)]
         assert log.range_deletes == [(b"a", b"b")]
 
     def test_unknown_operation_kind_is_refused(self) -> None:
