@@ -207,14 +207,14 @@ def check_float_aggregate(seed: int, make: Callable[[], GroupAggregate], **kw: A
 
 class TestFloatAggregateDifferential:
     @pytest.mark.parametrize("seed", SEEDS[:60])
-    def test_changelog_equals_spark(self, seed: int) -> None:
+    def test_changelog_equals_reference(self, seed: int) -> None:
         """Over a changelog of NaN, +-inf, -0.0 and numbers, every aggregate
         materialises to Spark's result over the rows held, whatever came and
         went before."""
         check_float_aggregate(seed, lambda: GroupAggregate(FLOAT_SCHEMA, ["g"], FLOAT_AGGREGATES))
 
     @pytest.mark.parametrize("seed", SEEDS[:30])
-    def test_per_group_path_equals_spark(self, seed: int) -> None:
+    def test_per_group_path_equals_reference(self, seed: int) -> None:
         """With a custom aggregate (the per-group Python path), the built-in
         float aggregates are Spark's too, identical rows included."""
         check_float_aggregate(
@@ -226,7 +226,7 @@ class TestFloatAggregateDifferential:
         )
 
     @pytest.mark.parametrize("seed", SEEDS[:30])
-    def test_append_only_equals_spark(self, seed: int) -> None:
+    def test_append_only_equals_reference(self, seed: int) -> None:
         """Append-only (no materialised input; min / max kept per group), the
         float aggregates are Spark's."""
         check_float_aggregate(
