@@ -151,10 +151,15 @@ class TestSumUnderRetraction:
 
 
 class TestOlderState:
-    def test_state_without_special_counts_loads(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("custom", [False, True])
+    def test_state_without_special_counts_loads(self, tmp_path: Path, custom: bool) -> None:
         """A checkpoint written before the NaN / infinity counts (results rows
-        without them) loads: the counts read as zero and the sum goes on."""
-        operator = GroupAggregate(SCHEMA, ["g"], [Aggregate.sum("x")])
+        without them) loads: the counts read as zero and the sum goes on, on
+        the Arrow path and the per-group one."""
+        aggregates = [Aggregate.sum("x")]
+        if custom:
+            aggregates.append(Aggregate.custom(Variance(), "id", "var_id"))
+        operator = GroupAggregate(SCHEMA, ["g"], aggregates)
         (results,) = operator.tables
         old = TableSchema(
             results.table_id,
@@ -169,7 +174,8 @@ class TestOlderState:
             str(root / "checkpoint"), operator.name, 0, [old], config, ConsistencyMode.UNCHECKED
         )
         store.load(None)
-        store.tables["results"].insert(("a", 2, 4.0, 2))
+        variance = (2, 3.0, 5.0) if custom else ()
+        store.tables["results"].insert(("a", 2, 4.0, 2, *variance))
         store.commit(0)
         store.close()
         harness = OperatorHarness(operator, backend="rocksdb", path=root)
