@@ -39,7 +39,15 @@ from operators._relational import (
 )
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
-from operators.aggregate._results import UNKNOWN, Touched, finish_in_arrow, stored_states
+from operators.aggregate._results import (
+    SPECIALS,
+    UNKNOWN,
+    Touched,
+    finish_in_arrow,
+    max_nan_greatest,
+    spark_order,
+    stored_states,
+)
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -130,6 +138,14 @@ class GroupAggregate(Operator):
             fields = _acc_fields(i, agg, t)
             self._acc.append(slice(len(state), len(state) + len(fields)))
             state.extend(fields)
+        #: Per float sum / avg over a changelog, where its counts of NaN, +inf
+        #: and -inf rows sit in a results row: at the end, nullable, so that a
+        #: checkpoint written before them loads (its rows read them as 0).
+        self._specials: dict[int, int] = {}
+        for i, (agg, t) in enumerate(zip(aggregates, input_types, strict=True)):
+            if changelog and agg.kind in (Kind.SUM, Kind.AVG) and pa.types.is_floating(t):
+                self._specials[i] = len(state)
+                state.extend(pa.field(f"__a{i}_{n}", pa.int64()) for n in SPECIALS)
         tables = [TableSchema(1, state, list(group_by), name="results")]
         #: Per value column: its table name (min/max share one, scanned either way).
         self._extremes: dict[str, str] = {}
@@ -214,6 +230,7 @@ class GroupAggregate(Operator):
                 touched.distinct,
                 self.changelog,
                 self.having,
+                self._specials,
             )
             return
         stored = results.get_rows(touched.keys)
@@ -228,6 +245,7 @@ class GroupAggregate(Operator):
         }
         columns["__s"] = sign
         spec: list[tuple[str, str]] = [("__s", "sum")]
+        nans: list[int] = []  # append-only float maxima: Arrow's hash max skips NaN
         for i, agg in enumerate(self.aggregates):
             if agg.kind in _SUMMED:
                 assert agg.column is not None
@@ -237,14 +255,28 @@ class GroupAggregate(Operator):
                 if agg.kind is not Kind.COUNT:
                     kind = _sum_type(column.type)
                     values = pc.fill_null(pc.cast(column, kind), pa.scalar(0, kind))
+                    if i in self._specials:
+                        # The finite values are summed; NaN and each infinity
+                        # are counted, so that a retraction takes them back.
+                        for name, rows in zip(SPECIALS, _special_rows(values), strict=True):
+                            columns[f"__{name}{i}"] = pc.if_else(rows, sign, 0)
+                            spec.append((f"__{name}{i}", "sum"))
+                        values = pc.if_else(pc.is_finite(values), values, 0.0)
                     columns[f"__v{i}"] = pc.multiply(values, pc.cast(sign, kind))
                     spec.append((f"__v{i}", "sum"))
             elif agg.kind in (Kind.MIN, Kind.MAX) and not self.changelog:
                 assert agg.column is not None
-                columns[f"__v{i}"] = batch.column(agg.column)
+                column = batch.column(agg.column)
+                columns[f"__v{i}"] = column
                 spec.append((f"__v{i}", "min" if agg.kind is Kind.MIN else "max"))
+                if agg.kind is Kind.MAX and pa.types.is_floating(column.type):
+                    nans.append(i)
+                    columns[f"__nan{i}"] = pc.is_nan(column)
+                    spec.append((f"__nan{i}", "any"))
         groups = [f"__g{j}" for j in range(self._k)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
+        for i in nans:
+            folded = max_nan_greatest(folded, f"__v{i}_max", f"__nan{i}_any")
         # In key order, the groups' reads and writes find their places in
         # RocksDB near the last one: a multi-get of sorted keys takes about
         # half the time of one of keys in arrival order.
@@ -278,10 +310,15 @@ class GroupAggregate(Operator):
         value = f"__k{self._k}"
         delta = net.column("__s_sum")
         spans = []
+        floating = pa.types.is_floating(net.column(value).type)
         for rows in (net.filter(pc.less(delta, 0)), net.filter(pc.greater(delta, 0))):
-            span = rows.group_by(groups, use_threads=False).aggregate(
-                [(value, "min"), (value, "max")]
-            )
+            spec = [(value, "min"), (value, "max")]
+            if floating:
+                rows = rows.append_column("__nan", pc.is_nan(rows.column(value)))
+                spec.append(("__nan", "any"))
+            span = rows.group_by(groups, use_threads=False).aggregate(spec)
+            if floating:
+                span = max_nan_greatest(span, f"{value}_max", "__nan_any")
             at = [
                 touched.index[k]
                 for k in key_tuples([span.column(g) for g in groups], span.num_rows)
@@ -299,7 +336,11 @@ class GroupAggregate(Operator):
             extremes = pylists([stored.column(self._acc[i].start)])[0]
             rescanned: dict[int, Any] = {}
             for group, current, low, high in zip(lost, extremes, lost_min, lost_max, strict=True):
-                if current is not None and ((low > current) if is_min else (high < current)):
+                if current is not None and (
+                    spark_order(low) > spark_order(current)
+                    if is_min
+                    else spark_order(high) < spark_order(current)
+                ):
                     continue
                 first = next(table.scan(touched.keys[group], reverse=not is_min), None)
                 rescanned[group] = None if first is None else first[self._k]
@@ -367,6 +408,15 @@ def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[
         pa.field(f"__a{i}_{f.name}", f.type, f.nullable)
         for f in agg.function.state_fields(input_type)
     ]
+
+
+def _special_rows(values: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Which rows are NaN, +inf, -inf (in the order of ``SPECIALS``)."""
+    return (
+        pc.is_nan(values),
+        pc.equal(values, float("inf")),
+        pc.equal(values, float("-inf")),
+    )
 
 
 def _sum_type(input_type: pa.DataType) -> pa.DataType:

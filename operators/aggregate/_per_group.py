@@ -13,7 +13,7 @@ from operators._changelog import RowKind
 from operators._operator import OperatorContext
 from operators._relational import key_tuples
 from operators.aggregate._functions import Kind
-from operators.aggregate._results import UNKNOWN, Touched
+from operators.aggregate._results import SPECIALS, UNKNOWN, Touched, spark_order, special_value
 from statestore import StateTable
 
 if TYPE_CHECKING:
@@ -84,7 +84,12 @@ def finish_per_group(
             if old_result is not None:
                 out[RowKind.DELETE].append(old_result)
             continue
-        new = (*key, rows, *_accumulators(op, group, touched, deltas, old, customs))
+        new = (
+            *key,
+            rows,
+            *_accumulators(op, group, touched, deltas, old, customs),
+            *_specials(op, group, deltas, old),
+        )
         if old is None:
             results.insert(new)
         elif new != old:
@@ -155,6 +160,19 @@ def _accumulators(
     return out
 
 
+def _specials(
+    op: GroupAggregate, group: int, deltas: dict[str, list[Any]], old: Row | None
+) -> list[int]:
+    """A group's NaN, +inf and -inf counts of each float sum / avg after the
+    batch (an older state's missing counts are 0)."""
+    out: list[int] = []
+    for i, at in op._specials.items():
+        for j, name in enumerate(SPECIALS):
+            before = 0 if old is None else old[at + j] or 0
+            out.append(before + deltas[f"__{name}{i}_sum"][group])
+    return out
+
+
 def _result(op: GroupAggregate, state: Row) -> Row:
     """The output row of a stored group state."""
     values: list[Any] = list(state[: op._k])
@@ -165,10 +183,17 @@ def _result(op: GroupAggregate, state: Row) -> Row:
             values.append(state[op._k])
         elif kind in (Kind.COUNT, Kind.COUNT_DISTINCT, Kind.MIN, Kind.MAX):
             values.append(acc[0])
-        elif kind is Kind.SUM:
-            values.append(acc[0] if acc[1] else None)
-        elif kind is Kind.AVG:
-            values.append(acc[0] / acc[1] if acc[1] else None)
+        elif kind in (Kind.SUM, Kind.AVG):
+            special = None
+            if i in op._specials:
+                at = op._specials[i]
+                special = special_value(state[at : at + len(SPECIALS)])
+            if not acc[1]:
+                values.append(None)
+            elif special is not None:
+                values.append(special)
+            else:
+                values.append(acc[0] if kind is Kind.SUM else acc[0] / acc[1])
         else:
             assert agg.function is not None
             values.append(agg.function.result(tuple(acc)))
@@ -188,7 +213,8 @@ def _pick(kind: Kind, current: Any, new: Any) -> Any:
         return new
     if new is None:
         return current
-    return min(current, new) if kind is Kind.MIN else max(current, new)
+    pick = min if kind is Kind.MIN else max
+    return pick(current, new, key=spark_order)
 
 
 def _same(a: Row, b: Row) -> bool:

@@ -24,7 +24,16 @@ from operators._relational import aligned, key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
-__all__ = ["UNKNOWN", "Touched", "finish_in_arrow", "stored_states"]
+__all__ = [
+    "SPECIALS",
+    "UNKNOWN",
+    "Touched",
+    "finish_in_arrow",
+    "max_nan_greatest",
+    "spark_order",
+    "special_value",
+    "stored_states",
+]
 
 Row = tuple[Any, ...]
 
@@ -60,6 +69,9 @@ class Touched:
 
 
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
+#: What a float sum over a changelog counts beside its finite sum, in this
+#: order: NaN rows, +inf rows, -inf rows.
+SPECIALS = ("nan", "pinf", "ninf")
 #: Counter of retractions of rows a group does not hold.
 UNKNOWN = "numRetractionsOfUnknownRows"
 
@@ -74,8 +86,11 @@ def finish_in_arrow(
     distinct: Mapping[int, dict[int, int]],
     changelog: bool,
     having: Callable[[Mapping[str, Any]], bool] | None,
+    specials: Mapping[int, int],
 ) -> None:
-    """Write each touched group's new state and emit its result's change."""
+    """Write each touched group's new state and emit its result's change.
+    ``specials``: per float sum / avg over a changelog, the place of its NaN,
+    +inf and -inf counts in the state (after every accumulator)."""
     n = folded.num_rows
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
@@ -114,13 +129,18 @@ def finish_in_arrow(
             steps = pc.fill_null(_spread(distinct[i], n, pa.int64()), 0)
             new_columns.append(pc.add(_zeroed(old.column(position)), steps))
         position += _width(kind)
+    for i, at in specials.items():
+        for j, name in enumerate(SPECIALS):
+            new_columns.append(
+                pc.add(_zeroed(old.column(at + j)), folded.column(f"__{name}{i}_sum"))
+            )
     new = pa.table(new_columns, schema=state_schema)
     alive = pc.greater(rows, 0)
     unknown = pc.sum(pc.if_else(alive, 0, pc.negate(rows))).as_py() or 0
     if unknown:
         ctx.count(UNKNOWN, unknown)
-    old_result = _result(old, aggregates, output, k)
-    new_result = _result(new, aggregates, output, k)
+    old_result = _result(old, aggregates, output, k, specials)
+    new_result = _result(new, aggregates, output, k, specials)
     old_visible, new_visible = found, alive
     if having is not None:
         old_visible = pc.and_(found, _passes(having, old_result, found))
@@ -182,19 +202,48 @@ def _zeroed(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _extreme(how: str, a: Any, b: Any) -> Any:
-    """The element-wise min (or max) of two columns, nulls left out."""
+    """The element-wise min (or max) of two columns, nulls left out, NaN
+    above every value (Spark's order; Arrow's kernels skip NaN, which gives
+    the min but not the max)."""
     if how == "min":
         return pc.min_element_wise(a, b, skip_nulls=True)
-    return pc.max_element_wise(a, b, skip_nulls=True)
+    out = pc.max_element_wise(a, b, skip_nulls=True)
+    if not pa.types.is_floating(out.type):
+        return out
+    nan = pc.or_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False))
+    return pc.if_else(nan, pa.scalar(float("nan"), out.type), out)
+
+
+def max_nan_greatest(table: pa.Table, value: str, flag: str) -> pa.Table:
+    """``table`` with its hash-``max`` column ``value`` NaN where the group's
+    ``any`` of is-NaN column ``flag`` holds, and ``flag`` dropped: Arrow's
+    hash max skips NaN, Spark's max is NaN when a NaN is there. (Its hash min
+    is already Spark's: NaN only when every value is NaN.)"""
+    column = table.column(value)
+    nan = pc.fill_null(table.column(flag), False)
+    fixed = pc.if_else(nan, pa.scalar(float("nan"), column.type), column)
+    where = table.column_names.index(value)
+    return table.set_column(where, value, fixed).drop_columns([flag])
+
+
+def spark_order(value: Any) -> tuple[bool, Any]:
+    """A sort key of a non-null value in Spark's order: NaN above every
+    number (and equal to itself), -0.0 equal to 0.0 as ``==`` has it."""
+    nan = isinstance(value, float) and value != value
+    return (nan, 0.0 if nan else value)
 
 
 def _result(
-    state: pa.Table, aggregates: Sequence[Aggregate], output: pa.Schema, k: int
+    state: pa.Table,
+    aggregates: Sequence[Aggregate],
+    output: pa.Schema,
+    k: int,
+    specials: Mapping[int, int],
 ) -> pa.Table:
     """The output rows of stored states (null rows for none)."""
     columns = [state.column(j) for j in range(k)]
     position = k + 1
-    for agg in aggregates:
+    for i, agg in enumerate(aggregates):
         kind = agg.kind
         if kind is Kind.COUNT_STAR:
             columns.append(state.column(k))
@@ -202,15 +251,43 @@ def _result(
         first = state.column(position)
         if kind is Kind.SUM:
             count = state.column(position + 1)
-            columns.append(pc.if_else(pc.greater(count, 0), first, pa.scalar(None, first.type)))
+            total = _with_specials(state, specials.get(i), first)
+            columns.append(pc.if_else(pc.greater(count, 0), total, pa.scalar(None, first.type)))
         elif kind is Kind.AVG:
             count = state.column(position + 1)
             mean = pc.divide(pc.cast(first, pa.float64()), pc.cast(count, pa.float64()))
+            mean = _with_specials(state, specials.get(i), mean)
             columns.append(pc.if_else(pc.greater(count, 0), mean, pa.scalar(None, pa.float64())))
         else:
             columns.append(first)
         position += _width(kind)
     return pa.table(columns, schema=output)
+
+
+def _with_specials(state: pa.Table, at: int | None, finite: Any) -> Any:
+    """A float sum's (or mean's) value given its NaN, +inf and -inf counts at
+    ``at``: NaN with a NaN or both infinities, else the infinity there is,
+    else ``finite``, which the finite values give."""
+    if at is None:
+        return finite
+    nan, pinf, ninf = (pc.greater(_zeroed(state.column(at + j)), 0) for j in range(3))
+    typ = pa.float64()
+    out = pc.if_else(ninf, pa.scalar(float("-inf"), typ), finite)
+    out = pc.if_else(pinf, pa.scalar(float("inf"), typ), out)
+    return pc.if_else(pc.or_(nan, pc.and_(pinf, ninf)), pa.scalar(float("nan"), typ), out)
+
+
+def special_value(counts: Sequence[int | None]) -> float | None:
+    """The value of a float sum or mean that its NaN, +inf and -inf counts
+    decide (``None``: none, its finite part is its value)."""
+    nan, pinf, ninf = ((c or 0) > 0 for c in counts)
+    if nan or (pinf and ninf):
+        return float("nan")
+    if pinf:
+        return float("inf")
+    if ninf:
+        return float("-inf")
+    return None
 
 
 def _differs(a: pa.Table, b: pa.Table) -> pa.ChunkedArray:

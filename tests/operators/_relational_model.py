@@ -1,10 +1,13 @@
 """Random changelogs for the relational operators' differential tests, and
 what their outputs materialise to: rows ``(g, v, w, id)`` with null group
 keys and values, updates that move a row to another group, deletes that
-favour the current min / max of a group, and (with few ids) identical rows."""
+favour the current min / max of a group, and (with few ids) identical rows.
+With ``floats`` the value column is a double drawn from NaN, +-inf, -0.0,
+0.0 and a few exactly summable numbers (``FLOAT_SCHEMA``)."""
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 from collections import Counter
@@ -19,22 +22,43 @@ from operators.testing import Emitted, OperatorHarness
 
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("w", pa.string()), ("id", pa.int64())])
 CHANGELOG = pa.schema([*SCHEMA, ("row_kind", pa.string())])
+FLOAT_SCHEMA = pa.schema(
+    [("g", pa.string()), ("v", pa.float64()), ("w", pa.string()), ("id", pa.int64())]
+)
+#: One NaN object, so that rows holding it compare equal (as tuples do by identity).
+NAN = math.nan
+#: Float values: the specials, and dyadic numbers whose sums are exact in any order.
+FLOATS = [NAN, math.inf, -math.inf, -0.0, 0.0, 1.5, -2.0, 0.25, 3.0]
 
 Row = tuple[Any, ...]
 Change = tuple[RowKind, Row]
 
 
+def spark_key(value: Any) -> tuple[bool, Any]:
+    """Spark's order of a non-null value: NaN above every number."""
+    nan = isinstance(value, float) and math.isnan(value)
+    return (nan, 0.0 if nan else value)
+
+
 def changelog(
-    seed: int, batches: int = 5, changes: int = 25, ids: int = 1000, append: bool = False
+    seed: int,
+    batches: int = 5,
+    changes: int = 25,
+    ids: int = 1000,
+    append: bool = False,
+    floats: bool = False,
 ) -> list[list[Change]]:
     """Consistent changelog batches: every retraction retracts a live row.
-    ``ids`` small makes identical rows; ``append`` makes inserts only."""
+    ``ids`` small makes identical rows; ``append`` makes inserts only;
+    ``floats`` draws the values from ``FLOATS``."""
     rng = random.Random(seed)
     groups = ["a", "b", "c", None]
     live: list[Row] = []
 
     def row() -> Row:
-        v = None if rng.random() < 0.15 else rng.randrange(-3, 6)
+        v: Any = None if rng.random() < 0.15 else rng.randrange(-3, 6)
+        if floats and v is not None:
+            v = FLOATS[v % len(FLOATS)]
         w = None if rng.random() < 0.15 else rng.choice(["x", "y", "z", "é"])
         return (rng.choice(groups), v, w, rng.randrange(ids))
 
@@ -55,7 +79,7 @@ def changelog(
                 if not members:
                     continue
                 pick = min if rng.random() < 0.5 else max
-                old = pick(members, key=lambda r: r[1])
+                old = pick(members, key=lambda r: spark_key(r[1]))
             else:
                 old = rng.choice(live)
             live.remove(old)
@@ -78,11 +102,12 @@ def apply_input(rows: Counter[Row], batch: Iterable[Change]) -> None:
         del rows[row]
 
 
-def as_batch(changes: Sequence[Change]) -> pa.RecordBatch:
-    """Changes as one changelog batch."""
+def as_batch(changes: Sequence[Change], schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
+    """Changes as one changelog batch of rows of ``schema``."""
+    with_kind = pa.schema([*schema, ("row_kind", pa.string())])
     return pa.RecordBatch.from_pylist(
-        [dict(zip(CHANGELOG.names, (*row, kind.value), strict=True)) for kind, row in changes],
-        CHANGELOG,
+        [dict(zip(with_kind.names, (*row, kind.value), strict=True)) for kind, row in changes],
+        with_kind,
     )
 
 
@@ -90,10 +115,13 @@ class Partitioned:
     """One harness per partition; a batch's rows go to the partition of
     their key, as the runner's repartition sends them (Spark's hash)."""
 
-    def __init__(self, make: Any, key: Sequence[str], partitions: int) -> None:
+    def __init__(
+        self, make: Any, key: Sequence[str], partitions: int, schema: pa.Schema = SCHEMA
+    ) -> None:
         self.harnesses = [OperatorHarness(make()) for _ in range(partitions)]
-        self._key = [SCHEMA.names.index(k) for k in key]
-        self._types = [SCHEMA.field(k).type for k in key]
+        self._schema = schema
+        self._key = [schema.names.index(k) for k in key]
+        self._types = [schema.field(k).type for k in key]
 
     def run(self, changes: Sequence[Change]) -> list[Emitted]:
         """Process a batch on every partition, commit, and return all output."""
@@ -105,7 +133,7 @@ class Partitioned:
         for harness, part in zip(self.harnesses, parts, strict=True):
             n = len(harness.output)
             if part:
-                harness.process_batch(as_batch(part))
+                harness.process_batch(as_batch(part, self._schema))
             harness.commit()  # the operators emit at the end of a batch
             out += harness.output[n:]
         return out

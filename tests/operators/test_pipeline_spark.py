@@ -333,29 +333,6 @@ class TestKeylessStage:
         assert _materialised_top(got) == _top_by_sql(spark, work)
 
 
-def _join_only(pipeline: Pipeline, orders: Any, customers: Any) -> Any:
-    """The join stage of the revenue pipeline alone."""
-    joined, _revenue = build(pipeline, orders, customers)
-    pipeline.stages.pop()  # the revenue stage: only the join runs here
-    return joined
-
-
-def _with_emit_order(batches: Any) -> Any:
-    """Each row with its input partition and position, as one number."""
-    import numpy as np
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    assert context is not None
-    position = context.partitionId() << 40
-    for batch in batches:
-        order = pa.array(np.arange(position, position + batch.num_rows, dtype=np.int64))
-        position += batch.num_rows
-        yield pa.RecordBatch.from_arrays(
-            [*batch.columns, order], names=[*batch.schema.names, "emit_order"]
-        )
-
-
 def _wait(done: Any, seconds: float = 30) -> None:
     import time
 

@@ -171,6 +171,63 @@ class TestFoldAndNulls:
         assert h.last_metrics["numRetractionsOfUnknownRows"] == 2
 
 
+class TestRetractionToNull:
+    def test_avg_back_to_null(self, make: Callable[..., OperatorHarness]) -> None:
+        """avg follows retractions (a double of the values held) and is null
+        again once only rows with a null value remain."""
+        h = make([Aggregate.avg("v")])
+        assert step(h, [("a", 1, 1), ("a", 4, 2), ("a", None, 3)]) == [(INS, ("a", 2.5))]
+        assert step(h, [("a", 4, 2)], kinds=[DEL]) == [(UB, ("a", 2.5)), (UA, ("a", 1.0))]
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == [(UB, ("a", 1.0)), (UA, ("a", None))]
+        assert step(h, [("a", 6, 4)]) == [(UB, ("a", None)), (UA, ("a", 6.0))]
+
+    def test_count_column_under_retraction(self, make: Callable[..., OperatorHarness]) -> None:
+        """count(v) counts the rows held whose v is not null: retracting a
+        null-valued row leaves it, retracting a valued one lowers it, to 0."""
+        h = make([Aggregate.count(), Aggregate.count("v")])
+        step(h, [("a", 1, 1), ("a", None, 2), ("a", 1, 3)])
+        assert step(h, [("a", None, 2)], kinds=[DEL]) == [(UB, ("a", 3, 2)), (UA, ("a", 2, 2))]
+        assert step(h, [("a", 1, 1), ("a", None, 4)], kinds=[DEL, INS]) == [
+            (UB, ("a", 2, 2)),
+            (UA, ("a", 2, 1)),
+        ]
+        assert step(h, [("a", 1, 3)], kinds=[DEL]) == [(UB, ("a", 2, 1)), (UA, ("a", 1, 0))]
+
+    def test_min_max_back_to_null(self, make: Callable[..., OperatorHarness]) -> None:
+        """Once only rows with a null value remain, min and max are null (the
+        group stays), and its materialized input is empty."""
+        h = make([Aggregate.count(), Aggregate.min("v"), Aggregate.max("v")])
+        step(h, [("a", 2, 1), ("a", None, 2), ("a", 5, 3)])
+        assert step(h, [("a", 2, 1), ("a", 5, 3)], kinds=[DEL, DEL]) == [
+            (UB, ("a", 3, 2, 5)),
+            (UA, ("a", 1, None, None)),
+        ]
+        assert list(h.table("extremes_v").scan()) == []
+        assert step(h, [("a", 7, 4)]) == [(UB, ("a", 1, None, None)), (UA, ("a", 2, 7, 7))]
+
+    def test_last_row_of_min_max_and_distinct(self, make: Callable[..., OperatorHarness]) -> None:
+        """Retracting a group's last row emits -D of its last min, max and
+        count(distinct) and leaves no state in any of its tables."""
+        h = make([Aggregate.min("v"), Aggregate.max("v"), Aggregate.count_distinct("v")])
+        step(h, [("a", 3, 1), ("a", 8, 2)])
+        assert step(h, [("a", 3, 1)], kinds=[DEL]) == [(UB, ("a", 3, 8, 2)), (UA, ("a", 8, 8, 1))]
+        assert step(h, [("a", 8, 2)], kinds=[DEL]) == [(DEL, ("a", 8, 8, 1))]
+        for table in ("results", "extremes_v", "distinct_v"):
+            assert list(h.table(table).scan()) == [], table
+        assert step(h, [("a", 1, 3)]) == [(INS, ("a", 1, 1, 1))]
+
+    def test_append_only_min_max(self, make: Callable[..., OperatorHarness]) -> None:
+        """Append-only, min and max are kept in the group's row (no
+        materialized input): a batch's extreme merges with the stored one,
+        nulls left out."""
+        h = make([Aggregate.min("v"), Aggregate.max("v")], changelog=False)
+        assert [t.name for t in h.operator.tables] == ["results"]
+        assert step(h, [("a", None, 1)]) == [(INS, ("a", None, None))]
+        assert step(h, [("a", 4, 2), ("a", 2, 3)]) == [(UB, ("a", None, None)), (UA, ("a", 2, 4))]
+        assert step(h, [("a", 3, 4), ("a", None, 5)]) == []
+        assert step(h, [("a", 9, 6), ("a", -1, 7)]) == [(UB, ("a", 2, 4)), (UA, ("a", -1, 9))]
+
+
 class TestHaving:
     def test_groups_enter_and_leave(self, make: Callable[..., OperatorHarness]) -> None:
         """A group passing the filter appears as +I, changes as -U/+U, and
