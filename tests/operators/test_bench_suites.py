@@ -3,6 +3,7 @@ written to docs/bench/NAME.md."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from collections import Counter
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from operators._bench import runner, suites
+from operators._bench.suite_dedup import _batch_ms
 from operators._bench.versus import Comparison, SuiteResult, ceiling, markdown, runs, terminal
 from operators.cli import main
 
@@ -276,3 +278,13 @@ class TestPipelineSuite:
             assert all(n == WARM.batches for n in query.grouped.values())
             assert query.jobs >= sum(query.grouped.values())
         assert [sorted(q.grouped) for q in two.queries] == [["join"], ["revenue"]]
+
+
+class TestDedupReadings:
+    def test_batch_times_read_both_kinds_of_progress(self) -> None:
+        """The per-batch reading takes Spark's progress objects and relstate's dicts alike."""
+        durations = {"triggerExecution": 300, "addBatch": 200}
+        spark_like = types.SimpleNamespace(json=json.dumps({"durationMs": durations}))
+        for progress in (spark_like, {"durationMs": durations}):
+            query = types.SimpleNamespace(recentProgress=[progress, progress])
+            assert _batch_ms(query) == "300 ms per batch (200 ms in addBatch)"
