@@ -111,8 +111,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Orders and customers changelogs arrive file by file; one Spark query joins "
             "them, keeps revenue per segment and the top 5 customers by revenue in "
-            "relstate state tables, and the result is checked against Spark batch SQL "
-            "over the inputs."
+            "relstate state tables, and the result after every batch is checked against "
+            "Spark batch SQL over the inputs so far."
         ),
     )
     demo.add_argument(

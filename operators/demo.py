@@ -15,10 +15,11 @@ customers (new customers, and customers moving to another segment as
   runs as one partition, as Spark runs a global top.
 
 ``segment_revenue`` and ``top_customers`` are the query's two outputs, each
-written through its own idempotent Parquet sink. At the end the demo
-materialises both output changelogs and checks them against Spark batch SQL
-(``GROUP BY``, ``ROW_NUMBER() OVER (ORDER BY revenue DESC, customer)``) over
-the materialised inputs.
+written through its own idempotent Parquet sink. At the end the demo checks
+every batch: for each batch N it materialises both output changelogs up to
+batch N and compares them with Spark batch SQL (``GROUP BY``,
+``ROW_NUMBER() OVER (ORDER BY revenue DESC, customer)``) over the
+materialised inputs of batches 0..N, one query per output and batch.
 
 Batches are numbered from 0, as the runner's records, the sink's ``batch``
 column and ``relstate inspect`` number them. ``--crash-after N`` kills the
@@ -59,6 +60,7 @@ from statestore import FAULT_ENV_VAR, redact
 __all__ = [
     "DemoConfig",
     "build_pipeline",
+    "check_batches",
     "check_java",
     "expected_tables",
     "join_orders",
@@ -406,19 +408,24 @@ def run_demo(config: DemoConfig) -> bool:
         more_outputs=[(segments, segment_sink)],
     )
     query.awaitTermination()
-    ok = _report(spark, source, segment_sink, top_sink, query)
+    ok = _report(spark, source, segment_sink, top_sink, query, config.batches)
     spark.stop()
     return ok
 
 
 def expected_tables(
-    spark: Any, source: Path
+    spark: Any, source: Path, through: int | None = None
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """What the outputs must hold after the last batch, by Spark batch SQL
-    over the materialised inputs: (segment, orders, revenue) per segment, and
-    (customer, segment, orders, revenue) of the top customers."""
+    """What the outputs must hold after batch ``through`` (by default the
+    last), by Spark batch SQL over the inputs of batches 0..``through``
+    materialised: (segment, orders, revenue) per segment, and (customer,
+    segment, orders, revenue) of the top customers."""
     for name in ("orders", "customers"):
-        spark.read.parquet(str(source / name)).createOrReplaceTempView(f"demo_{name}_changes")
+        # One file per batch, named in batch order (write_batches).
+        files = sorted(str(p) for p in (source / name).glob(f"{name}-*.parquet"))
+        if through is not None:
+            files = files[: through + 1]
+        spark.read.parquet(*files).createOrReplaceTempView(f"demo_{name}_changes")
     spark.sql(_LATEST.format(table="orders", key="order_id")).createOrReplaceTempView("demo_orders")
     spark.sql(_LATEST.format(table="customers", key="customer")).createOrReplaceTempView(
         "demo_customers"
@@ -487,16 +494,51 @@ def top_table(rows: Iterable[tuple[str, str, int, int]]) -> list[str]:
     return lines
 
 
+#: The columns of the two outputs the check compares.
+SEGMENT_COLUMNS = ("c_segment", "orders", "revenue")
+TOP_COLUMNS = ("c_customer", "c_segment", "orders", "revenue")
+
+
+def check_batches(
+    spark: Any, source: Path, segment_rows: list[Any], top_rows: list[Any], batches: int
+) -> list[tuple[int, bool]]:
+    """Check the outputs after every batch: for each batch N, the output
+    changelogs' rows (``segment_rows``, ``top_rows``, with their ``batch``
+    column) of batches 0..N materialised against :func:`expected_tables`
+    through N. Prints a line per batch; returns (batch, matched) pairs."""
+    verdicts = []
+    for batch in range(batches):
+        segments = materialise(
+            (r for r in segment_rows if r["batch"] <= batch), list(SEGMENT_COLUMNS)
+        )
+        top = materialise((r for r in top_rows if r["batch"] <= batch), list(TOP_COLUMNS))
+        want_segments, want_top = expected_tables(spark, source, batch)
+        same = segments == sorted(want_segments) and top == sorted(want_top)
+        verdicts.append((batch, same))
+        print(
+            f"  batch {batch}: revenue per segment and the top {TOP} "
+            f"{'match' if same else 'DO NOT MATCH'} Spark batch SQL over the inputs of "
+            f"batches 0..{batch}",
+            flush=True,
+        )
+    return verdicts
+
+
 def _report(
-    spark: Any, source: Path, segment_sink: ParquetSink, top_sink: ParquetSink, query: RelstateQuery
+    spark: Any,
+    source: Path,
+    segment_sink: ParquetSink,
+    top_sink: ParquetSink,
+    query: RelstateQuery,
+    batches: int,
 ) -> bool:
-    segments = materialise(segment_sink.read(spark).collect(), ["c_segment", "orders", "revenue"])
-    top = materialise(
-        top_sink.read(spark).collect(),
-        ["c_customer", "c_segment", "orders", "revenue"],
-    )
-    want_segments, want_top = expected_tables(spark, source)
-    same = segments == sorted(want_segments) and top == sorted(want_top)
+    segment_rows = segment_sink.read(spark).collect()
+    top_rows = top_sink.read(spark).collect()
+    print(f"\nChecking the outputs after each of the {batches} batches against Spark batch SQL:")
+    verdicts = check_batches(spark, source, segment_rows, top_rows, batches)
+    same = all(ok for _, ok in verdicts)
+    segments = materialise(segment_rows, list(SEGMENT_COLUMNS))
+    top = materialise(top_rows, list(TOP_COLUMNS))
     print("\n" + "\n".join(segment_table(segments)))
     print("\n" + "\n".join(top_table(top)))
     print("\nPer-batch metrics (summed over stages and partitions), this run:")
@@ -513,9 +555,13 @@ def _report(
             m.get("numRemovedStateRows", 0),
         )
         print("  " + "".join(f"{c!s:>12}" for c in cells))
-    verdict = "match" if same else "DO NOT MATCH"
+    if same:
+        verdict = f"match Spark batch SQL after every batch (0..{batches - 1})"
+    else:
+        wrong = ", ".join(str(b) for b, ok in verdicts if not ok)
+        verdict = f"DO NOT MATCH Spark batch SQL after batches {wrong}"
     print(
-        f"\nRevenue per segment and the top {TOP} customers {verdict} Spark batch SQL "
+        f"\nRevenue per segment and the top {TOP} customers {verdict} "
         "(GROUP BY, ROW_NUMBER() OVER (ORDER BY revenue DESC, customer)) over the "
         "materialised inputs."
     )

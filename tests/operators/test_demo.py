@@ -18,6 +18,7 @@ from operators.demo import (
     _Progress,
     _table,
     build_pipeline,
+    check_batches,
     check_java,
     expected_tables,
     generate,
@@ -54,8 +55,9 @@ class TestDemo:
     ) -> None:
         """--crash-after 2 kills the driver process during batch 2, after
         both outputs were written; --resume finishes from the checkpoint, and
-        revenue per segment and the top 5 match Spark batch SQL over the
-        inputs; with the state in the checkpoint, and on S3 (a moto server)."""
+        after every batch (those before the crash too) revenue per segment and
+        the top 5 match Spark batch SQL over the inputs so far; with the state
+        in the checkpoint, and on S3 (a moto server)."""
         state: list[str] = []
         if where == "s3":
             state = ["--state-location", request.getfixturevalue("s3").uri()]
@@ -73,7 +75,14 @@ class TestDemo:
         assert "batch 3 done (4 of 4)" in resumed.stdout
         assert "Revenue per segment (amounts are stored in cents" in resumed.stdout
         assert "Top 5 customers by revenue" in resumed.stdout
-        assert "top 5 customers match Spark batch SQL" in resumed.stdout
+        # The resumed run checks every batch, those of the killed run too.
+        for batch in range(4):
+            assert (
+                f"batch {batch}: revenue per segment and the top 5 match Spark batch SQL "
+                f"over the inputs of batches 0..{batch}"
+            ) in resumed.stdout
+        assert "DO NOT MATCH" not in resumed.stdout
+        assert "top 5 customers match Spark batch SQL after every batch (0..3)" in resumed.stdout
 
     def test_resume_without_a_run_is_a_clear_error(self, tmp_path: Path) -> None:
         """--resume in an empty directory says what to do, without a traceback."""
@@ -225,6 +234,48 @@ class TestExpectedTables:
             ("d3", "retail", 1, 53),
             ("d2", "retail", 1, 52),
         ]
+
+    def test_sql_takes_the_inputs_up_to_the_batch(self, spark: Any, tmp_path: Path) -> None:
+        """Through batch N, the SQL check reads the inputs of batches 0..N
+        only: a later batch's changes are not seen."""
+        orders = [[(1, "c1", 100, 0, "+I")], [(1, "c1", 100, 2, "-U"), (1, "c1", 400, 3, "+U")]]
+        customers = [[("c1", "smb", 1, "+I")], [("c2", "retail", 4, "+I")]]
+        write_batches(tmp_path / "orders", [_table(ORDERS, b) for b in orders], "orders")
+        write_batches(
+            tmp_path / "customers", [_table(CUSTOMERS, b) for b in customers], "customers"
+        )
+        assert expected_tables(spark, tmp_path, 0) == ([("smb", 1, 100)], [("c1", "smb", 1, 100)])
+        assert expected_tables(spark, tmp_path, 1) == ([("smb", 1, 400)], [("c1", "smb", 1, 400)])
+        assert expected_tables(spark, tmp_path) == expected_tables(spark, tmp_path, 1)
+
+    def test_check_batches_names_the_batch_that_differs(
+        self, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Each batch's outputs so far are checked against the SQL through that
+        batch: right after batch 0 and wrong after batch 1 is reported as
+        such, batch by batch."""
+        orders = [[(1, "c1", 100, 0, "+I")], [(1, "c1", 100, 2, "-U"), (1, "c1", 400, 3, "+U")]]
+        customers = [[("c1", "smb", 1, "+I")], []]
+        write_batches(tmp_path / "orders", [_table(ORDERS, b) for b in orders], "orders")
+        write_batches(
+            tmp_path / "customers", [_table(CUSTOMERS, b) for b in customers], "customers"
+        )
+        segment = {"c_segment": "smb", "orders": 1}
+        top = {"c_customer": "c1", "c_segment": "smb", "orders": 1}
+        segment_rows = [
+            {"batch": 0, "row_kind": "+I", **segment, "revenue": 100},
+            {"batch": 1, "row_kind": "-U", **segment, "revenue": 100},
+            {"batch": 1, "row_kind": "+U", **segment, "revenue": 999},  # wrong: 400
+        ]
+        top_rows = [
+            {"batch": 0, "row_kind": "+I", **top, "revenue": 100},
+            {"batch": 1, "row_kind": "-D", **top, "revenue": 100},
+            {"batch": 1, "row_kind": "+I", **top, "revenue": 400},
+        ]
+        assert check_batches(spark, tmp_path, segment_rows, top_rows, 2) == [(0, True), (1, False)]
+        out = capsys.readouterr().out
+        assert "batch 0: revenue per segment and the top 5 match Spark batch SQL" in out
+        assert "batch 1: revenue per segment and the top 5 DO NOT MATCH Spark batch SQL" in out
 
 
 class TestDemoPipeline:
