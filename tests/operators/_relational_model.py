@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from operators import RowKind
 from operators._spark_hash import spark_partition
+from operators.aggregate import Aggregate
 from operators.testing import Emitted, OperatorHarness
 
 SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64()), ("w", pa.string()), ("id", pa.int64())])
@@ -91,6 +92,29 @@ def changelog(
                 batch += [(RowKind.UPDATE_BEFORE, old), (RowKind.UPDATE_AFTER, new)]
         out.append(batch)
     return out
+
+
+def built_in_aggregates(column: str) -> list[Aggregate]:
+    """count(*) and every built-in aggregate of ``column``."""
+    return [
+        Aggregate.count(),
+        Aggregate.count(column),
+        Aggregate.sum(column),
+        Aggregate.avg(column),
+        Aggregate.min(column),
+        Aggregate.max(column),
+        Aggregate.count_distinct(column),
+    ]
+
+
+def apply_top(top: Counter[Row], emitted: Iterable[tuple[RowKind, Row]]) -> Counter[Row]:
+    """A top-N's materialised rows after its ``+I``/``-D`` output; a ``-D``
+    must name a row in the top."""
+    for kind, row in emitted:
+        assert kind in (RowKind.INSERT, RowKind.DELETE)
+        top[row] += 1 if kind is RowKind.INSERT else -1
+        assert top[row] >= 0, f"-D of {row}, which is not in the top"
+    return +top
 
 
 def apply_input(rows: Counter[Row], batch: Iterable[Change]) -> None:

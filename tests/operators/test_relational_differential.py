@@ -26,6 +26,8 @@ from tests.operators._relational_model import (
     Partitioned,
     Row,
     apply_input,
+    apply_top,
+    built_in_aggregates,
     changelog,
     rounded,
     spark_key,
@@ -35,13 +37,7 @@ from tests.operators._relational_model import (
 SEEDS = range(150)
 
 AGGREGATES = [
-    Aggregate.count(),
-    Aggregate.count("v"),
-    Aggregate.sum("v"),
-    Aggregate.avg("v"),
-    Aggregate.min("v"),
-    Aggregate.max("v"),
-    Aggregate.count_distinct("v"),
+    *built_in_aggregates("v"),
     Aggregate.min("w"),
     Aggregate.max("w"),
     Aggregate.count_distinct("w"),
@@ -128,15 +124,7 @@ class TestGroupAggregateDifferential:
         )
 
 
-FLOAT_AGGREGATES = [
-    Aggregate.count(),
-    Aggregate.count("v"),
-    Aggregate.sum("v"),
-    Aggregate.avg("v"),
-    Aggregate.min("v"),
-    Aggregate.max("v"),
-    Aggregate.count_distinct("v"),
-]
+FLOAT_AGGREGATES = built_in_aggregates("v")
 
 
 def _plain(value: Any) -> Any:
@@ -253,11 +241,7 @@ def check_top_n(
     output: Counter[Row] = Counter()
     try:
         for batch in changelog(seed, **kw):
-            for kind, row in runner.run(batch):
-                assert kind in (RowKind.INSERT, RowKind.DELETE)
-                output[row] += 1 if kind is RowKind.INSERT else -1
-                assert output[row] >= 0, f"-D of {row}, which is not in the top"
-            output = +output
+            output = apply_top(output, runner.run(batch))
             apply_input(inputs, batch)
             assert output == Counter(sqlite_of(inputs).execute(sql))
     finally:
