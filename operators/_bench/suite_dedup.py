@@ -20,7 +20,6 @@ Spark runs without no-data batches so that both sides run the same batches
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -265,11 +264,8 @@ def _operators(tz: str, delay_ms: int) -> dict[str, Any]:
 def _batch_ms(query: Any) -> str:
     """The mean wall time of a query's batches, and of the batch body (for
     relstate's ``foreachBatch`` query, the whole runner's batch), from the
-    progress reports: Spark's objects, or a :class:`RelstateQuery`'s dicts."""
-    reports = [
-        (p if isinstance(p, dict) else json.loads(p.json))["durationMs"]
-        for p in query.recentProgress
-    ]
+    progress reports (dicts, Spark's as a :class:`RelstateQuery`'s)."""
+    reports = [p["durationMs"] for p in query.recentProgress]
     if not reports:
         return "no batches"
     total = sum(r.get("triggerExecution", 0) for r in reports) / len(reports)

@@ -3,7 +3,6 @@ written to docs/bench/NAME.md."""
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 from collections import Counter
@@ -282,9 +281,10 @@ class TestPipelineSuite:
 
 class TestDedupReadings:
     def test_batch_times_read_both_kinds_of_progress(self) -> None:
-        """The per-batch reading takes Spark's progress objects and relstate's dicts alike."""
-        durations = {"triggerExecution": 300, "addBatch": 200}
-        spark_like = types.SimpleNamespace(json=json.dumps({"durationMs": durations}))
-        for progress in (spark_like, {"durationMs": durations}):
-            query = types.SimpleNamespace(recentProgress=[progress, progress])
-            assert _batch_ms(query) == "300 ms per batch (200 ms in addBatch)"
+        """The per-batch reading takes Spark's progress and relstate's alike (both are dicts)."""
+        from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+        assert issubclass(StreamingQueryProgress, dict)
+        progress = {"durationMs": {"triggerExecution": 300, "addBatch": 200}}
+        query = types.SimpleNamespace(recentProgress=[progress, progress])
+        assert _batch_ms(query) == "300 ms per batch (200 ms in addBatch)"
