@@ -109,6 +109,8 @@ class HeldSide:
         self.complete = False
         #: Records written since the last flush.
         self._written: set[Record] = set()
+        #: The last row :meth:`find` looked for, and its identity.
+        self._found: tuple[Row, Row] = ((), ())
         # The operations as issued (the table's metrics) and the view's
         # counters, as record at a time counts them.
         self._inserted = self._updated = self._deleted = 0
@@ -277,7 +279,11 @@ class HeldSide:
 
     def find(self, ctx: OperatorContext, row: Row) -> Record | None:
         """The record in the side with ``row``'s identity."""
-        record = self.by_identity.get(self.identity(row))
+        key = self.identity(row)
+        # The rules add the row they found nothing for next: its identity
+        # is then at hand.
+        self._found = row, key
+        record = self.by_identity.get(key)
         return record if record is not None and record.appearances else None
 
     def records_of(self, join_key: Row) -> list[Record]:
@@ -297,13 +303,15 @@ class HeldSide:
 
     def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
         """The records in the side with ``join_key``, in key order."""
-        return self.records_of(self.canonical(join_key))
+        return self.records_of(self.canonical(join_key) if self._floats else join_key)
 
     def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the record
         with its identity, if any) with ``associations``."""
         if found is None:
-            key = self.identity(row)
+            last_row, key = self._found
+            if row is not last_row:
+                key = self.identity(row)
             record = self.by_identity.get(key)
             if record is None:
                 record = self.by_identity[key] = Record(row, 1, associations, None)
