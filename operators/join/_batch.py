@@ -64,6 +64,11 @@ class _NaN:
 _NAN = _NaN()
 
 
+def _one_nan(values: Iterable[Any]) -> Row:
+    """Key values as a tuple in which every NaN is one value."""
+    return tuple(_NAN if v != v else v for v in values)
+
+
 def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], Row]:
     """The values at ``indices`` of a row as a tuple that is equal for two
     rows exactly when their encoded keys are (``floats``: a key column is a
@@ -71,7 +76,7 @@ def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], R
     get = values_at(indices)
     if not floats:
         return get
-    return lambda row: tuple(_NAN if v != v else v for v in get(row))
+    return lambda row: _one_nan(get(row))
 
 
 class HeldSide:
@@ -86,7 +91,8 @@ class HeldSide:
     rules make (``find``, ``records``, ``add``, ``retract``,
     ``set_associations``) with no call into the table; every identity and
     join key an input batch asks for must have been read first
-    (:meth:`load_identities`, :meth:`load_join_keys`, :meth:`load_all`).
+    (:meth:`load_identities`, :meth:`load_join_keys`,
+    :meth:`load_join_key_rows`, :meth:`load_all`).
     """
 
     def __init__(self, view: JoinStateView, table: StateTable) -> None:
@@ -127,11 +133,9 @@ class HeldSide:
         object wrote it since (each write moves its metrics)."""
         return self._signature() == self._seen
 
-    def canonical(self, join_key: Row) -> Row:
+    def _held_key(self, join_key: Row) -> Row:
         """A join key as the held maps key it."""
-        if not self._floats:
-            return join_key
-        return tuple(_NAN if v != v else v for v in join_key)
+        return _one_nan(join_key) if self._floats else join_key
 
     # -- bulk reads -----------------------------------------------------------------
 
@@ -186,8 +190,8 @@ class HeldSide:
         whose join key is its identity: one multi-get, decoded at once."""
         if self.complete:
             return
-        held, canonical = self.by_identity, self.canonical
-        wanted = [k for k in join_keys if canonical(k) not in held]
+        held, _held_key = self.by_identity, self._held_key
+        wanted = [k for k in join_keys if _held_key(k) not in held]
         if not wanted:
             return
         names = self.table.schema.key_names
@@ -211,7 +215,7 @@ class HeldSide:
             return
         wanted: dict[Row, Row] = {}
         for join_key in join_keys:
-            key = self.canonical(join_key)
+            key = self._held_key(join_key)
             if key not in self.by_join_key:
                 wanted[key] = join_key
         if not wanted:
@@ -286,24 +290,21 @@ class HeldSide:
         record = self.by_identity.get(key)
         return record if record is not None and record.appearances else None
 
-    def records_of(self, join_key: Row) -> list[Record]:
-        """The records in the side with the canonical ``join_key``, in key
-        order."""
+    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
+        """The records in the side with ``join_key``, in key order."""
+        if self._floats:
+            join_key = _one_nan(join_key)
         if self.one_per_join_key:
             record = self.by_identity.get(join_key)
             return [record] if record is not None and record.appearances else []
         under = self.by_join_key.get(join_key)
         if under is None:
-            return []  # read, and none there, or the table is held whole
+            return []  # the table is held whole, and has none
         if join_key in self._unsorted:
             self._unsorted.discard(join_key)
             encode, identity = self.table.keys.encode, self.view.identity
             under.sort(key=lambda r: encode(identity(r.row)))
         return under
-
-    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
-        """The records in the side with ``join_key``, in key order."""
-        return self.records_of(self.canonical(join_key) if self._floats else join_key)
 
     def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the record
