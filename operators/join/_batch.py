@@ -21,6 +21,7 @@ order, so the output is the same row for row.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,8 @@ class HeldSide:
         self.complete = False
         #: Records written since the last flush.
         self._written: set[Record] = set()
+        #: The last row :meth:`find` looked for, and its identity.
+        self._found: tuple[Row, Row] = ((), ())
         # The operations as issued (the table's metrics) and the view's
         # counters, as record at a time counts them.
         self._inserted = self._updated = self._deleted = 0
@@ -132,21 +135,35 @@ class HeldSide:
 
     # -- bulk reads -----------------------------------------------------------------
 
-    def _hold(self, stored_rows: pa.RecordBatch) -> list[Record]:
-        """The records of the table rows ``stored_rows``: those held already
-        (the same, as nothing else wrote the table), else new ones."""
+    def _hold(self, stored_rows: pa.RecordBatch) -> tuple[list[Record], list[Row]]:
+        """The records of the table rows ``stored_rows`` and their join keys:
+        the records held already (the same, as nothing else wrote the
+        table), else new ones. Column at a time, not row at a time."""
+        n = stored_rows.num_rows
+        if not n:
+            return [], []
+        view = self.view
         columns = [c.to_pylist() for c in stored_rows.columns]
-        if not columns or not stored_rows.num_rows:
-            return []
-        held, identity, to_record = self.by_identity, self.identity, self.view.record
-        out: list[Record] = []
-        for stored in zip(*columns, strict=True):
-            key = identity(stored)
-            record = held.get(key)
-            if record is None:
-                record = held[key] = to_record(stored)
-            out.append(record)
-        return out
+        rows: list[Row] = list(zip(*columns[: view.width], strict=True))
+        stored = list(zip(*columns, strict=True)) if len(columns) > view.width else rows
+        at = view.counts_at
+        appearances = repeat(1) if at[0] is None else columns[at[0]]
+        associations = repeat(-1) if at[1] is None else columns[at[1]]
+        if self._floats:
+            keys = list(map(self.identity, rows))
+            join_keys = list(map(self.join_key, rows))
+        else:
+            keys = list(zip(*[columns[i] for i in view.identity_indices], strict=True))
+            join_keys = list(zip(*[columns[i] for i in view.join_key_indices], strict=True))
+        read = dict(zip(keys, map(Record, rows, appearances, associations, stored), strict=False))
+        held = self.by_identity
+        if not held:
+            self.by_identity = held = read
+        else:
+            setdefault = held.setdefault
+            for key, record in read.items():
+                setdefault(key, record)
+        return list(map(held.__getitem__, keys)), join_keys
 
     def load_identities(self, rows: Sequence[Row], batch: pa.RecordBatch) -> None:
         """Read the rows with the identities of ``rows`` (the input rows of
@@ -209,10 +226,10 @@ class HeldSide:
         found = self.by_join_key
         for key in wanted:
             found[key] = []
-        get_key = self.join_key
         # Each scan comes in key order: appending keeps a list in order.
-        for record in self._hold(stored_rows):
-            under = found.get(get_key(record.row))
+        records, keys = self._hold(stored_rows)
+        for key, record in zip(keys, records, strict=True):
+            under = found.get(key)
             if under is not None:  # else equal in Arrow, not in the key bytes
                 under.append(record)
 
@@ -220,15 +237,16 @@ class HeldSide:
         """Read the whole table (one scan, decoded once)."""
         if self.complete:
             return
-        records = self._hold(self.table.scan_batch())
+        records, join_keys = self._hold(self.table.scan_batch())
         self.complete = True
         if self.one_per_join_key:
             return
-        self.by_join_key.clear()
         self._unsorted.clear()
-        found, join_key = self.by_join_key, self.join_key
-        for record in records:
-            key = join_key(record.row)
+        # A scan comes in key order, the join key first: a join key's
+        # records are in a run, in order.
+        found: dict[Row, list[Record]] = {}
+        self.by_join_key = found
+        for key, record in zip(join_keys, records, strict=True):
             under = found.get(key)
             if under is None:
                 found[key] = [record]
@@ -261,7 +279,11 @@ class HeldSide:
 
     def find(self, ctx: OperatorContext, row: Row) -> Record | None:
         """The record in the side with ``row``'s identity."""
-        record = self.by_identity.get(self.identity(row))
+        key = self.identity(row)
+        # The rules add the row they found nothing for next: its identity
+        # is then at hand.
+        self._found = row, key
+        record = self.by_identity.get(key)
         return record if record is not None and record.appearances else None
 
     def records_of(self, join_key: Row) -> list[Record]:
@@ -281,13 +303,15 @@ class HeldSide:
 
     def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
         """The records in the side with ``join_key``, in key order."""
-        return self.records_of(self.canonical(join_key))
+        return self.records_of(self.canonical(join_key) if self._floats else join_key)
 
     def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the record
         with its identity, if any) with ``associations``."""
         if found is None:
-            key = self.identity(row)
+            last_row, key = self._found
+            if row is not last_row:
+                key = self.identity(row)
             record = self.by_identity.get(key)
             if record is None:
                 record = self.by_identity[key] = Record(row, 1, associations, None)

@@ -119,6 +119,7 @@ class StreamingJoin(Operator):
             for side in (LEFT, RIGHT)
         )
         self._nulls = tuple((None,) * len(s) for s in self.spec.inputs)
+        self._join_key = tuple(v.join_key for v in self.views)
         # The rows each batch run in progress (by context) holds: see
         # operators/join/_batch.py.
         self._held: dict[int, dict[str, HeldSide]] = {}
@@ -220,7 +221,7 @@ class StreamingJoin(Operator):
         batch path)."""
         view, other = states[side], states[1 - side]
         found = view.find(ctx, row)
-        key = self.views[side].join_key(row)
+        key = self._join_key[side](row)
         if not self.null_safe and None in key:
             candidates: list[Record] = []
         else:
@@ -234,7 +235,7 @@ class StreamingJoin(Operator):
                 ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
             else:  # with a unique key, retract what is stored under it
                 row = found.row
-        self._apply(ctx, states, side, row, kind, found, candidates)
+        self._apply(ctx, states, side, row, kind, accumulate, found, candidates)
 
     def _matches(self, side: int, row: Row, candidates: list[Record]) -> list[Record]:
         condition = self.condition
@@ -251,14 +252,14 @@ class StreamingJoin(Operator):
         side: int,
         row: Row,
         kind: RowKind,
+        accumulate: bool,
         found: Record | None,
         candidates: list[Record],
     ) -> None:
         """Accumulate or retract ``row`` (not an upsert): pad or unpad it on
         an outer side, gain or lose each match, store or remove it."""
         view, other = states[side], states[1 - side]
-        matches = self._matches(side, row, candidates)
-        accumulate = kind.is_accumulate
+        matches = candidates if self.condition is None else self._matches(side, row, candidates)
         padded = INS if accumulate else DEL
         joined = padded if view.outer or other.outer else kind
         emit = ctx.emit

@@ -193,6 +193,12 @@ class JoinStateView:
         return self._jk
 
     @property
+    def counts_at(self) -> tuple[int | None, int | None]:
+        """Positions in a stored row of its appearances and associations
+        (``None``: the side keeps no such column)."""
+        return self._appearances, self._associations
+
+    @property
     def identity_indices(self) -> tuple[int, ...]:
         """Positions in an input row of its identity's columns."""
         return self._identity
