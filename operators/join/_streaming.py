@@ -18,7 +18,11 @@ condition true):
   replaces it: matches both rows share are emitted again as ``(r, m)`` without
   raising any count; only gained and lost matches count.
 
-docs/operators/join.md has the examples.
+The rules are written once, over a side's rows as
+:class:`~operators.join._views.SideRows`: record at a time they read and
+write the state views, on the batch path the rows an input batch holds
+(:class:`~operators.join._batch.HeldSide`). docs/operators/join.md has the
+examples.
 """
 
 from __future__ import annotations
