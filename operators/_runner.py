@@ -277,7 +277,14 @@ class _Driver:
                     job_group(self.query_name, stage.name),
                     f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}",
                 )
-                metas[stage.name] = _committed(result, batch_id, plan.partitions, stage.name)
+                # A task that wrote its output to the sink returns only its
+                # metadata row: nothing to filter out.
+                metas[stage.name] = _committed(
+                    result.where(f"{META} IS NOT NULL") if output is None else result,
+                    batch_id,
+                    plan.partitions,
+                    stage.name,
+                )
                 if output is not None:
                     staged, staging, _ = output
                     staged.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
@@ -483,11 +490,10 @@ def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
 def _committed(
     result: DataFrame, batch_id: int, partitions: int, stage: str
 ) -> list[dict[str, Any]]:
-    """The metadata rows of a stage's tasks; the first task's error as an
-    :class:`InputError`; a :class:`RunnerError` unless every partition
-    committed."""
-
-    rows = result.where(f"{META} IS NOT NULL").select(META).collect()
+    """The metadata rows of a stage's tasks (``result``: only those rows);
+    the first task's error as an :class:`InputError`; a :class:`RunnerError`
+    unless every partition committed."""
+    rows = result.select(META).collect()
     metas = [json.loads(r[0]) for r in rows]
     errors = sorted((m["partition"], m["error"]) for m in metas if "error" in m)
     if errors:
