@@ -135,6 +135,18 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
     #: ``UNCHECKED`` reads nothing, for an operator that reads every key before
     #: it writes it.
     consistency: ConsistencyMode = ConsistencyMode.STRICT
+    #: ``None`` (the default): the output is a changelog of rows, each ``+U``
+    #: after the ``-U`` of the row it replaces. Column names: the output is an
+    #: upsert stream keyed by them, ``+U`` with no ``-U`` before it (a ``+U``
+    #: replaces the row its key holds), as Flink's group aggregate emits
+    #: without ``generateUpdateBefore``. A pipeline refuses to feed such a
+    #: stream to a stage that :attr:`needs_update_before`.
+    output_upsert_key: tuple[str, ...] | None = None
+    #: Whether the operator needs the ``-U`` row before each ``+U`` of its
+    #: inputs (it retracts the row a ``-U`` names). Every built-in operator
+    #: does; an operator that reads an upsert stream by its key says
+    #: ``False``.
+    needs_update_before: bool = True
 
     def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:  # noqa: B027
         """Called once by the runner as a query starts, with its watermarks

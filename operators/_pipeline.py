@@ -233,6 +233,8 @@ class Pipeline:
         for stream in inputs:
             if not isinstance(stream, Stream) or stream.pipeline is not self:
                 raise InputError(f"{label}: its inputs must be streams of this pipeline")
+            upstream = self.stages[stream.index] if stream.is_stage else None
+            _check_update_before(label, operator, upstream)
         key_lists = _key_lists(keys, len(inputs), label)
         nulls = (
             [bool(drop_null_keys)] * len(inputs)
@@ -374,6 +376,21 @@ def _key_lists(
             f"of one length (keys=() for a keyless stage); got {keys!r}"
         )
     return lists
+
+
+def _check_update_before(label: str, operator: Operator, upstream: Stage | None) -> None:
+    """Refuse an upsert stream (``+U`` without ``-U``) as the input of an
+    operator that needs each ``-U`` to retract the row it names: it would
+    keep every old row beside its new one."""
+    if upstream is None or not operator.needs_update_before:
+        return
+    key = upstream.operator.output_upsert_key
+    if key is not None:
+        raise InputError(
+            f"{label} reads the output of stage {upstream.name!r}, an upsert stream keyed by "
+            f"{list(key)} with no -U rows; {label} needs the -U before each +U to retract "
+            f"the row it replaces: build {upstream.name!r} with update_before=True"
+        )
 
 
 def _check_declared(where: str, given: pa.Schema, declared: pa.Schema) -> None:

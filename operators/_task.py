@@ -137,7 +137,9 @@ class BatchRun(OperatorContext):
 
     def emit(self, row: Sequence[Any], kind: RowKind = RowKind.INSERT) -> None:
         self._rows.append(row)
-        self._kinds.append(kind.value)
+        # The member's own attribute: ``.value`` goes through a descriptor,
+        # a cost per output row.
+        self._kinds.append(kind._value_)
 
     def emit_batch(
         self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT

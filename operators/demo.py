@@ -455,18 +455,47 @@ _LATEST = (
 )
 
 
-def materialised(rows: Iterable[Any], columns: list[str]) -> Counter[tuple[Any, ...]]:
+def materialised(
+    rows: Iterable[Any], columns: list[str], key: list[str] | None = None
+) -> Counter[tuple[Any, ...]]:
     """The multiset of ``columns`` an output changelog's rows leave: each
-    accumulation counts up, each retraction down, whatever the row order."""
+    accumulation counts up, each retraction down, whatever the row order.
+
+    An upsert stream (an aggregate built with ``update_before=False``: ``+U``
+    with no ``-U``) is applied by its ``key`` columns instead: each key's
+    row of the latest batch (``batch`` column), unless that is a ``-D``.
+    Without a key, rows with more ``+U`` than ``-U`` are refused: counted,
+    every old row would stay beside its new one."""
+    if key is not None:
+        latest: dict[tuple[Any, ...], Any] = {}
+        for r in sorted(rows, key=lambda r: int(r["batch"])):
+            latest[tuple(r[c] for c in key)] = r
+        return Counter(
+            tuple(r[c] for c in columns)
+            for r in latest.values()
+            if RowKind(r["row_kind"]) is not RowKind.DELETE
+        )
     net: Counter[tuple[Any, ...]] = Counter()
+    befores = afters = 0
     for r in rows:
-        net[tuple(r[c] for c in columns)] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
+        kind = RowKind(r["row_kind"])
+        befores += kind is RowKind.UPDATE_BEFORE
+        afters += kind is RowKind.UPDATE_AFTER
+        net[tuple(r[c] for c in columns)] += 1 if kind.is_accumulate else -1
+    if afters != befores:
+        raise InputError(
+            f"the changelog has {afters} +U rows but {befores} -U rows: it is an upsert "
+            "stream (update_before=False), whose +U replaces its key's row; give its key "
+            "columns to materialise it"
+        )
     return +net
 
 
-def materialise(rows: Iterable[Any], columns: list[str]) -> list[tuple[Any, ...]]:
+def materialise(
+    rows: Iterable[Any], columns: list[str], key: list[str] | None = None
+) -> list[tuple[Any, ...]]:
     """An output changelog's current rows (:func:`materialised`), sorted."""
-    return sorted(materialised(rows, columns).elements())
+    return sorted(materialised(rows, columns, key).elements())
 
 
 def segment_table(rows: Iterable[tuple[str, int, int]]) -> list[str]:

@@ -152,7 +152,8 @@ class OperatorHarness:
         names = [f.name for f in self.operator.output]
         columns = [batch.column(n).to_pylist() for n in names]
         rows = list(zip(*columns, strict=True)) if columns else [()] * batch.num_rows
-        out = [(RowKind(k), tuple(r)) for k, r in zip(kinds, rows, strict=True)]
+        parse = RowKind.parse
+        out = [(parse(k), r) for k, r in zip(kinds, rows, strict=True)]
         self.output.extend(out)
         return out
 

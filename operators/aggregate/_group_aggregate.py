@@ -81,6 +81,11 @@ class GroupAggregate(Operator):
     appears (or starts to pass ``having``), ``-U`` / ``+U`` when its result
     changes, ``-D`` when its last row is retracted (or it stops passing
     ``having``); nothing for a group whose result the batch left as it was.
+    ``update_before=False`` leaves out the ``-U`` rows, as Flink's group
+    aggregate does when no consumer needs them (``generateUpdateBefore``)
+    and as Spark's update mode writes: a ``+U`` then replaces its group's
+    row (:attr:`output_upsert_key` is the group key), and a pipeline refuses
+    a stage that reads it and needs retractions.
     """
 
     consistency = ConsistencyMode.UNCHECKED
@@ -94,6 +99,7 @@ class GroupAggregate(Operator):
         changelog: bool = True,
         row_key: Sequence[str] | None = None,
         name: str = "group_aggregate",
+        update_before: bool = True,
     ) -> None:
         if not group_by:
             raise InputError(
@@ -115,6 +121,8 @@ class GroupAggregate(Operator):
         self.aggregates = list(aggregates)
         self.having = having
         self.changelog = changelog
+        self.update_before = update_before
+        self.output_upsert_key = None if update_before else tuple(group_by)
         self.inputs = [schema]
         self._pending = Pending()
         self._k = len(group_by)
@@ -231,6 +239,7 @@ class GroupAggregate(Operator):
                 self.changelog,
                 self.having,
                 self._specials,
+                self.update_before,
             )
             return
         stored = results.get_rows(touched.keys)

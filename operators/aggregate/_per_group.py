@@ -101,7 +101,8 @@ def finish_per_group(
         elif new_result is None:
             out[RowKind.DELETE].append(old_result)
         elif not _same(old_result, new_result):
-            out[RowKind.UPDATE_BEFORE].append(old_result)
+            if op.update_before:
+                out[RowKind.UPDATE_BEFORE].append(old_result)
             out[RowKind.UPDATE_AFTER].append(new_result)
     if unknown:
         ctx.count(UNKNOWN, unknown)

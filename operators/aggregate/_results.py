@@ -87,10 +87,12 @@ def finish_in_arrow(
     changelog: bool,
     having: Callable[[Mapping[str, Any]], bool] | None,
     specials: Mapping[int, int],
+    update_before: bool = True,
 ) -> None:
     """Write each touched group's new state and emit its result's change.
     ``specials``: per float sum / avg over a changelog, the place of its NaN,
-    +inf and -inf counts in the state (after every accumulator)."""
+    +inf and -inf counts in the state (after every accumulator);
+    ``update_before=False``: no ``-U`` of a changed result, only its ``+U``."""
     n = folded.num_rows
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
@@ -155,11 +157,11 @@ def finish_in_arrow(
     results.update_batch(new.filter(pc.and_(pc.and_(found, alive), _differs(old, new))))
     for row_kind, table in (
         (RowKind.DELETE, old_result.filter(deleted)),
-        (RowKind.UPDATE_BEFORE, old_result.filter(updated)),
+        (RowKind.UPDATE_BEFORE, old_result.filter(updated) if update_before else None),
         (RowKind.UPDATE_AFTER, new_result.filter(updated)),
         (RowKind.INSERT, new_result.filter(inserted)),
     ):
-        if table.num_rows:
+        if table is not None and table.num_rows:
             ctx.emit_batch(table.columns, row_kind)
 
 

@@ -1,35 +1,38 @@
-"""The changelog join's batch path: a state table's rows held in memory for
-a micro-batch, read in bulk and written in bulk.
+"""The changelog join's batch path: one side's rows that a micro-batch
+touches, held as Python objects, read in bulk and written in bulk.
 
 Record at a time, each input row of :class:`~operators.join.StreamingJoin`
 reads its own side's row (one point read), the other side's rows of its join
 key (one prefix scan) and writes a few rows, each a call into the state
-table. The batch path reads every row an input batch can touch at once (one
-multi-get for the own side's rows, one ``scan_ranges`` for the other side's
-join keys, or, when the keys are many for the table, the whole table once),
-runs the very same emit rules over those rows in memory, and writes the net
-change of each key in one batch write per kind at the end of the input
-batch. What it read stays for the next input batch of the micro-batch, as
-long as nothing else wrote the table. The rules see the rows they would
-have seen record at a time, in the same key order, so the output is the
-same row for row.
+table that encodes a key. The batch path reads every row an input batch can
+touch at once (one multi-get of the own side's rows, one ``scan_ranges`` of
+the other side's join keys, or, when the keys are many for the table, the
+whole table once) into :class:`HeldSide`: per side, identity -> record and
+join key -> its records in key order, keyed by Python tuples, as a join on
+plain dicts keeps them. The emit rules run over those records in memory, the
+same rules as record at a time (the held side answers the calls a state
+view answers); at the end of the input batch each record written gets its
+net change, in one batch write per kind. What was read stays for the next
+input batch of the micro-batch, as long as nothing else wrote the table. The
+rules see the rows they would have seen record at a time, in the same key
+order, so the output is the same row for row.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from encoding import key_equal_values
-from operators._changelog import RowKind
-from operators._operator import OperatorContext, Timer
+from operators._operator import OperatorContext
+from operators.join._views import JoinStateView, Record, ViewKind, values_at
 from statestore import StateTable
 
-__all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "BatchContext", "BatchTable", "read_whole"]
+__all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "HeldSide", "read_whole"]
 
 Row = tuple[Any, ...]
 
@@ -50,35 +53,72 @@ def read_whole(keys: int, table: StateTable) -> bool:
     return keys * SEEK_ROWS >= rows and rows <= WHOLE_TABLE_ROWS
 
 
-class BatchTable:
-    """The rows of one state table that an input batch may touch, held in
-    memory: each key's row before the batch and now, and, for the join keys
-    read whole (``prefix_len`` key columns), their keys in key order.
+class _NaN:
+    """Stands for a float NaN in a held key: NaN equals nothing in Python,
+    but every NaN key encodes alike, so the state table finds one by another."""
 
-    It answers the reads and takes the writes the join's state views make
-    (``get_row``, ``scan`` of a join key, ``insert``, ``update``,
-    ``delete``) as the table itself would in unchecked mode; :meth:`flush`
-    then writes the net change of each key, and counts the operations in the
-    table's metrics as issued, as record at a time would.
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+_NAN = _NaN()
+
+
+def _one_nan(values: Iterable[Any]) -> Row:
+    """Key values as a tuple in which every NaN is one value."""
+    return tuple(_NAN if v != v else v for v in values)
+
+
+def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], Row]:
+    """The values at ``indices`` of a row as a tuple that is equal for two
+    rows exactly when their encoded keys are (``floats``: a key column is a
+    float, whose NaNs become one value)."""
+    get = values_at(indices)
+    if not floats:
+        return get
+    return lambda row: _one_nan(get(row))
+
+
+class HeldSide:
+    """One side's rows that the micro-batch read, held for its input batches.
+
+    ``by_identity`` maps each identity read (join key and unique key, or the
+    whole row) to its record: the row, its appearances (0: not in the side
+    any more) and associations, and ``stored``, the row as the state table
+    holds it since the last :meth:`flush`. ``by_join_key`` maps each join key
+    read whole to its records in the side, in key order. It answers the
+    calls of :class:`~operators.join._views.JoinStateView` that the emit
+    rules make (``find``, ``records``, ``add``, ``retract``,
+    ``set_associations``) with no call into the table; every identity and
+    join key an input batch asks for must have been read first
+    (:meth:`load_identities`, :meth:`load_join_keys`,
+    :meth:`load_join_key_rows`, :meth:`load_all`).
     """
 
-    def __init__(self, table: StateTable, prefix_len: int) -> None:
+    def __init__(self, view: JoinStateView, table: StateTable) -> None:
+        self.view = view
         self.table = table
-        self._encode_key = table.keys.encode
-        # Key values equal in Python encode alike (-0.0 and 0.0, one instant
-        # in two time zones); a NaN is never equal, and is encoded each time.
-        self._encoded: dict[tuple[Any, ...], bytes] = {}
-        self._key_indices = table.schema.key_indices
-        self._prefix_len = prefix_len
-        self._before: dict[bytes, Row | None] = {}
-        self._now: dict[bytes, Row | None] = {}
-        #: Encoded join key -> the keys under it, in key order (those read
-        #: whole, and those inserted since).
-        self._prefixes: dict[bytes, list[bytes]] = {}
+        self.name = view.name
+        self.outer = view.outer
+        self.has_unique_key = view.has_unique_key
+        self.one_per_join_key = view.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY
+        columns = table.schema.columns
+        floats = any(pa.types.is_floating(columns.field(i).type) for i in view.identity_indices)
+        self.identity: Callable[[Sequence[Any]], Row] = _getter(view.identity_indices, floats)
+        self.join_key: Callable[[Sequence[Any]], Row] = _getter(view.join_key_indices, floats)
+        self._floats = floats
+        self.by_identity: dict[Row, Record] = {}
+        self.by_join_key: dict[Row, list[Record]] = {}
+        #: Join keys whose list took a record at its end since it was sorted.
+        self._unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
-        #: Keys written since the last flush.
-        self._dirty: set[bytes] = set()
+        #: Records written since the last flush.
+        self._written: set[Record] = set()
+        #: The last row :meth:`find` looked for, and its identity.
+        self._found: tuple[Row, Row] = ((), ())
+        # The operations as issued (the table's metrics) and the view's
+        # counters, as record at a time counts them.
         self._inserted = self._updated = self._deleted = 0
         self._seen = self._signature()
 
@@ -93,96 +133,134 @@ class BatchTable:
         object wrote it since (each write moves its metrics)."""
         return self._signature() == self._seen
 
-    def _encode(self, values: Sequence[Any]) -> bytes:
-        """The key bytes of (a prefix of) a primary key, remembered per batch."""
-        pk = tuple(values)
-        key = self._encoded.get(pk)
-        if key is None:
-            key = self._encoded[pk] = self._encode_key(pk)
-        return key
+    def _held_key(self, join_key: Row) -> Row:
+        """A join key as the held maps key it."""
+        return _one_nan(join_key) if self._floats else join_key
 
     # -- bulk reads -----------------------------------------------------------------
 
-    def load_rows(self, pks: Iterable[Sequence[Any]]) -> None:
-        """Read the rows with primary keys ``pks`` (one multi-get)."""
+    def _hold(self, stored_rows: pa.RecordBatch) -> tuple[list[Record], list[Row]]:
+        """The records of the table rows ``stored_rows`` and their join keys:
+        the records held already (the same, as nothing else wrote the
+        table), else new ones. Column at a time, not row at a time."""
+        n = stored_rows.num_rows
+        if not n:
+            return [], []
+        view = self.view
+        columns = [c.to_pylist() for c in stored_rows.columns]
+        rows: list[Row] = list(zip(*columns[: view.width], strict=True))
+        stored = list(zip(*columns, strict=True)) if len(columns) > view.width else rows
+        at = view.counts_at
+        appearances = repeat(1) if at[0] is None else columns[at[0]]
+        associations = repeat(-1) if at[1] is None else columns[at[1]]
+        if self._floats:
+            keys = list(map(self.identity, rows))
+            join_keys = list(map(self.join_key, rows))
+        else:
+            keys = list(zip(*[columns[i] for i in view.identity_indices], strict=True))
+            join_keys = list(zip(*[columns[i] for i in view.join_key_indices], strict=True))
+        read = dict(zip(keys, map(Record, rows, appearances, associations, stored), strict=False))
+        held = self.by_identity
+        if not held:
+            self.by_identity = held = read
+        else:
+            setdefault = held.setdefault
+            for key, record in read.items():
+                setdefault(key, record)
+        return list(map(held.__getitem__, keys)), join_keys
+
+    def load_identities(self, rows: Sequence[Row], batch: pa.RecordBatch) -> None:
+        """Read the rows with the identities of ``rows`` (the input rows of
+        ``batch``), those not held: one multi-get, decoded at once."""
         if self.complete:
             return
-        wanted: dict[bytes, Sequence[Any]] = {}
-        for pk in pks:
-            key = self._encode(pk)
-            if key not in self._now:
-                wanted[key] = pk
+        held, identity = self.by_identity, self.identity
+        wanted = [i for i, row in enumerate(rows) if identity(row) not in held]
         if not wanted:
             return
-        rows = self.table.get_rows(list(wanted.values()))
-        for key, row in zip(wanted, rows, strict=True):
-            self._before[key] = self._now[key] = row
+        names = self.table.schema.key_names
+        pks = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=list(names))
+        if len(wanted) < len(rows):
+            pks = pks.take(pa.array(wanted, type=pa.int64()))
+        found, _ = self.table.get_batch(pks)
+        self._hold(found)
+
+    def load_join_key_rows(self, join_keys: Iterable[Row]) -> None:
+        """Read the row of each join key of ``join_keys`` not held, on a side
+        whose join key is its identity: one multi-get, decoded at once."""
+        if self.complete:
+            return
+        held, _held_key = self.by_identity, self._held_key
+        wanted = [k for k in join_keys if _held_key(k) not in held]
+        if not wanted:
+            return
+        names = self.table.schema.key_names
+        columns = self.table.schema.columns
+        pks = pa.RecordBatch.from_arrays(
+            [
+                pa.array([k[i] for k in wanted], type=columns.field(n).type)
+                for i, n in enumerate(names)
+            ],
+            names=list(names),
+        )
+        found, _ = self.table.get_batch(pks)
+        self._hold(found)
+
+    def load_join_keys(self, join_keys: Iterable[Row]) -> None:
+        """Read every row of each join key of ``join_keys`` not held: one
+        ``scan_ranges`` decoded once, or, when the join keys are many for the
+        table's rows, the whole table in one read, kept to those keys in
+        Arrow (:func:`read_whole`)."""
+        if self.complete:
+            return
+        wanted: dict[Row, Row] = {}
+        for join_key in join_keys:
+            key = self._held_key(join_key)
+            if key not in self.by_join_key:
+                wanted[key] = join_key
+        if not wanted:
+            return
+        table = self.table
+        values = list(wanted.values())
+        whole = read_whole(len(wanted), table) and not any(None in k for k in values)
+        if whole:
+            stored_rows = self._only(table.scan_batch(), values)
+        else:
+            stored_rows = table.scan_ranges((k, None, None) for k in values)
+        found = self.by_join_key
+        for key in wanted:
+            found[key] = []
+        # Each scan comes in key order: appending keeps a list in order.
+        records, keys = self._hold(stored_rows)
+        for key, record in zip(keys, records, strict=True):
+            under = found.get(key)
+            if under is not None:  # else equal in Arrow, not in the key bytes
+                under.append(record)
 
     def load_all(self) -> None:
         """Read the whole table (one scan, decoded once)."""
         if self.complete:
             return
-        self._hold(self.table.scan_batch(), None)
+        records, join_keys = self._hold(self.table.scan_batch())
         self.complete = True
-
-    def _hold(self, batch: pa.RecordBatch, wanted: Mapping[bytes, Any] | None) -> None:
-        """Hold the rows of ``batch``, under their join keys (those of
-        ``wanted`` only, if given, which are already listed)."""
-        keys = self.table.keys.encode_batch(batch)
-        columns = [c.to_pylist() for c in batch.columns]
-        rows: list[Row] = list(zip(*columns, strict=True)) if columns else []
-        at = self._key_indices[: self._prefix_len]
-        encode, found, before, now = self._encode, self._prefixes, self._before, self._now
-        # Each row's key bytes, by its key values, for the writes to come.
-        indices, encoded = self._key_indices, self._encoded
-        for key, row in zip(keys, rows, strict=True):
-            encoded[tuple([row[i] for i in indices])] = key
-        # The lists this read fills: those of ``wanted``, and those it
-        # starts. A list that was there before holds its join key whole.
-        fresh: set[bytes] = set() if wanted is None else set(wanted)
-        for key, row in zip(keys, rows, strict=True):
-            prefix = encode([row[i] for i in at])
-            under = found.get(prefix)
+        if self.one_per_join_key:
+            return
+        self._unsorted.clear()
+        # A scan comes in key order, the join key first: a join key's
+        # records are in a run, in order.
+        found: dict[Row, list[Record]] = {}
+        self.by_join_key = found
+        for key, record in zip(join_keys, records, strict=True):
+            under = found.get(key)
             if under is None:
-                if wanted is not None:
-                    continue  # equal in Arrow, not in the key bytes
-                under = found[prefix] = []
-                fresh.add(prefix)
-            elif prefix not in fresh:
-                continue
-            # Each scan comes in key order: appending keeps a list in order.
-            under.append(key)
-            if key not in now:  # else held already, perhaps changed since
-                before[key] = now[key] = row
+                found[key] = [record]
+            else:
+                under.append(record)
 
-    def load_prefixes(self, prefixes: Iterable[Sequence[Any]]) -> None:
-        """Read every row of each join key of ``prefixes``: one
-        ``scan_ranges`` decoded once, or, when the join keys are many for
-        the table's rows, the whole table in one read, kept to those keys
-        in Arrow (:func:`read_whole`)."""
-        if self.complete:
-            return
-        wanted: dict[bytes, Sequence[Any]] = {}
-        for prefix in prefixes:
-            encoded = self._encode(prefix)
-            if encoded not in self._prefixes:
-                wanted[encoded] = prefix
-        if not wanted:
-            return
-        for encoded in wanted:
-            self._prefixes[encoded] = []
-        table = self.table
-        whole = read_whole(len(wanted), table) and not any(None in p for p in wanted.values())
-        if whole:
-            batch = self._only(table.scan_batch(), list(wanted.values()))
-        else:
-            batch = table.scan_ranges((p, None, None) for p in wanted.values())
-        self._hold(batch, wanted)
-
-    def _only(self, batch: pa.RecordBatch, prefixes: list[Sequence[Any]]) -> pa.RecordBatch:
-        """The rows of ``batch`` whose join key is one of ``prefixes`` (none
+    def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
+        """The rows of ``batch`` whose join key is one of ``join_keys`` (none
         null), in their order: a semi join in Arrow."""
-        names = [batch.schema.names[i] for i in self._key_indices[: self._prefix_len]]
+        names = [batch.schema.names[i] for i in self.view.join_key_indices]
         probe = pa.table(
             {
                 **{f"k{i}": key_equal_values(batch.column(n)) for i, n in enumerate(names)},
@@ -192,7 +270,7 @@ class BatchTable:
         wanted = pa.table(
             {
                 f"k{i}": key_equal_values(
-                    pa.array([p[i] for p in prefixes], type=batch.schema.field(n).type)
+                    pa.array([k[i] for k in join_keys], type=batch.schema.field(n).type)
                 )
                 for i, n in enumerate(names)
             }
@@ -201,75 +279,108 @@ class BatchTable:
         kept = probe.join(wanted, keys, join_type="left semi")
         return batch.take(np.sort(np.asarray(kept.column("at"))))
 
-    # -- what the views call ----------------------------------------------------------
+    # -- what the emit rules call ----------------------------------------------------
 
-    def get_row(self, pk: Sequence[Any]) -> Row | None:
-        """The row with primary key ``pk`` as the batch left it."""
-        key = self._encode(pk)
-        if key in self._now:
-            return self._now[key]
-        if self.complete or self._encode(pk[: self._prefix_len]) in self._prefixes:
-            return None  # its join key was read whole
-        row = self.table.get_row(pk)
-        self._before[key] = self._now[key] = row
-        return row
+    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
+        """The record in the side with ``row``'s identity."""
+        key = self.identity(row)
+        # The rules add the row they found nothing for next: its identity
+        # is then at hand.
+        self._found = row, key
+        record = self.by_identity.get(key)
+        return record if record is not None and record.appearances else None
 
-    def scan(self, prefix: Sequence[Any] = ()) -> list[Row]:
-        """The rows of join key ``prefix``, in key order."""
-        encoded = self._encode(prefix)
-        keys = self._prefixes.get(encoded)
-        if keys is None:
-            if self.complete:
-                return []
-            self.load_prefixes([prefix])
-            keys = self._prefixes[encoded]
-        now = self._now
-        return [row for key in keys if (row := now[key]) is not None]
+    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
+        """The records in the side with ``join_key``, in key order."""
+        if self._floats:
+            join_key = _one_nan(join_key)
+        if self.one_per_join_key:
+            record = self.by_identity.get(join_key)
+            return [record] if record is not None and record.appearances else []
+        under = self.by_join_key.get(join_key)
+        if under is None:
+            return []  # the table is held whole, and has none
+        if join_key in self._unsorted:
+            self._unsorted.discard(join_key)
+            encode, identity = self.table.keys.encode, self.view.identity
+            under.sort(key=lambda r: encode(identity(r.row)))
+        return under
 
-    def _key(self, row: Row) -> bytes:
-        key = self._encode([row[i] for i in self._key_indices])
-        if key not in self._before:
-            # Written before it was read: what storage holds decides whether
-            # this is an insert or an update at the flush.
-            self._before[key] = self._now[key] = (
-                None if self.complete else self.table.get_row([row[i] for i in self._key_indices])
-            )
-        self._dirty.add(key)
-        return key
+    def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
+        """One more appearance of ``row`` (replacing ``found``, the record
+        with its identity, if any) with ``associations``."""
+        if found is None:
+            last_row, key = self._found
+            if row is not last_row:
+                key = self.identity(row)
+            record = self.by_identity.get(key)
+            if record is None:
+                record = self.by_identity[key] = Record(row, 1, associations, None)
+            else:  # held, and gone from the side since
+                record.row, record.appearances, record.associations = row, 1, associations
+            self._under_join_key(record)
+            self._inserted += 1
+        else:
+            record = found
+            record.row, record.associations = row, associations
+            if not self.has_unique_key:
+                record.appearances += 1
+            self._updated += 1
+        self._written.add(record)
 
-    def insert(self, row: Row) -> None:
-        key = self._key(row)
-        prefix = self._encode([row[i] for i in self._key_indices[: self._prefix_len]])
-        under = self._prefixes.get(prefix)
-        if under is None and self.complete:
-            under = self._prefixes[prefix] = []
-        if under is not None:
-            at = bisect_left(under, key)
-            if at == len(under) or under[at] != key:
-                under.insert(at, key)
-        self._now[key] = row
-        self._inserted += 1
+    def _under_join_key(self, record: Record) -> None:
+        """List a record back in the side under its join key, if that join
+        key is held whole; sorted when next read."""
+        if self.one_per_join_key:
+            return
+        key = self.join_key(record.row)
+        under = self.by_join_key.get(key)
+        if under is None:
+            if not self.complete:
+                return  # read from the table, after a flush, when asked for
+            under = self.by_join_key[key] = []
+        under.append(record)
+        if len(under) > 1:
+            self._unsorted.add(key)
 
-    def update(self, old: Row, new: Row) -> None:
-        self._now[self._key(new)] = new
+    def retract(self, ctx: OperatorContext, found: Record) -> None:
+        """Remove one appearance of a record."""
+        if found.appearances > 1:
+            found.appearances -= 1
+            self._updated += 1
+        else:
+            found.appearances = 0
+            self._deleted += 1
+            if not self.one_per_join_key:
+                under = self.by_join_key.get(self.join_key(found.row))
+                if under is not None:
+                    under.remove(found)
+        self._written.add(found)
+
+    def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
+        """A new number of associations for an outer side's record."""
+        record.associations = associations
         self._updated += 1
-
-    def delete(self, row: Row) -> None:
-        self._now[self._key(row)] = None
-        self._deleted += 1
+        self._written.add(record)
 
     # -- the write --------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Write each key's net change: one batch insert, update and delete."""
+    def flush(self, ctx: OperatorContext) -> None:
+        """Write each written record's net change: one batch insert, update
+        and delete; count the operations as record at a time issues them."""
         inserts: list[Row] = []
         updates: list[Row] = []
         deletes: list[Row] = []
-        before, current = self._before, self._now
-        for key in self._dirty:
-            old, now = before[key], current[key]
-            before[key] = now
-            if now is old or now == old:
+        stored_row = self.view.stored_row
+        for record in self._written:
+            old = record.stored
+            now = (
+                stored_row(record.row, record.appearances, record.associations)
+                if record.appearances
+                else None
+            )
+            record.stored = now
+            if now == old:
                 continue
             if old is None:
                 inserts.append(now)  # type: ignore[arg-type]
@@ -285,13 +396,13 @@ class BatchTable:
             table.update_batch(_batch(columns, updates))
         if inserts:
             table.insert_batch(_batch(columns, inserts))
-        # The operations as issued, as a record-at-a-time run counts them.
         metrics = table.metrics
         metrics.inserted += self._inserted - len(inserts)
         metrics.updated += self._updated - len(updates)
         metrics.deleted += self._deleted - len(deletes)
+        self.view.count(ctx, self._inserted + self._updated, self._deleted)
         self._inserted = self._updated = self._deleted = 0
-        self._dirty.clear()
+        self._written.clear()
         self._seen = self._signature()
 
 
@@ -302,42 +413,3 @@ def _batch(schema: pa.Schema, rows: Sequence[Row]) -> pa.RecordBatch:
         [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=True)],
         schema=schema,
     )
-
-
-class BatchContext(OperatorContext):
-    """The context of one input batch on the batch path: the operator's
-    context, but the tables named in ``tables`` are :class:`BatchTable`\\ s."""
-
-    def __init__(self, ctx: OperatorContext, tables: Mapping[str, BatchTable]) -> None:
-        self._ctx = ctx
-        self._batch_tables = tables
-        self.batch_id = ctx.batch_id
-        self.partition_id = ctx.partition_id
-        self.watermark = ctx.watermark
-        self.previous_watermark = ctx.previous_watermark
-        self.processing_time = ctx.processing_time
-        self.metrics = ctx.metrics
-        self.log = ctx.log
-
-    def table(self, name: str) -> StateTable:
-        found = self._batch_tables.get(name)
-        # A BatchTable stands in for the few StateTable methods the views call.
-        return self._ctx.table(name) if found is None else found  # type: ignore[return-value]
-
-    @property
-    def tables(self) -> Mapping[str, StateTable]:
-        return self._ctx.tables
-
-    def emit(self, row: Sequence[Any], kind: RowKind = RowKind.INSERT) -> None:
-        self._ctx.emit(row, kind)
-
-    def emit_batch(
-        self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT
-    ) -> None:
-        self._ctx.emit_batch(columns, kind)
-
-    def register_timer(self, timer: Timer) -> None:
-        self._ctx.register_timer(timer)
-
-    def delete_timer(self, timer: Timer) -> None:
-        self._ctx.delete_timer(timer)

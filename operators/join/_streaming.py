@@ -18,7 +18,11 @@ condition true):
   replaces it: matches both rows share are emitted again as ``(r, m)`` without
   raising any count; only gained and lost matches count.
 
-docs/operators/join.md has the examples.
+The rules are written once, over a side's rows as
+:class:`~operators.join._views.SideRows`: record at a time they read and
+write the state views, on the batch path the rows an input batch holds
+(:class:`~operators.join._batch.HeldSide`). docs/operators/join.md has the
+examples.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ import pyarrow as pa
 from encoding import PartitionLocal, TableSchema
 from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
-from operators.join._batch import BatchContext, BatchTable, read_whole
+from operators.join._batch import HeldSide, read_whole
 from operators.join._metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
-from operators.join._views import JoinStateView, Record, ViewKind
+from operators.join._views import JoinStateView, Record, SideRows
 from statestore import ConsistencyMode
 
 __all__ = ["StreamingJoin"]
@@ -119,9 +123,10 @@ class StreamingJoin(Operator):
             for side in (LEFT, RIGHT)
         )
         self._nulls = tuple((None,) * len(s) for s in self.spec.inputs)
+        self._join_key = tuple(v.join_key for v in self.views)
         # The rows each batch run in progress (by context) holds: see
         # operators/join/_batch.py.
-        self._held: dict[int, dict[str, BatchTable]] = {}
+        self._held: dict[int, dict[str, HeldSide]] = {}
         tables = [v.table for v in self.views]
         self.tables = [*tables, _SWEEPS] if any(t is not None for t in ttls) else tables
 
@@ -157,18 +162,18 @@ class StreamingJoin(Operator):
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """The batch path (:mod:`operators.join._batch`): read every row the
-        batch may touch at once, apply :meth:`process_row` to each input row
-        in order over them, write the net changes at once. A side with a TTL
-        expires rows as it reads them, and goes record at a time."""
+        batch may touch at once, apply the emit rules to each input row in
+        order over the rows held, write the net changes at once. A side with
+        a TTL expires rows as it reads them, and goes record at a time."""
         if any(v.ttl_ms is not None for v in self.views):
             super().process_batch(ctx, batch, side)
             return
-        view, other = self.views[side], self.views[1 - side]
         names = self.inputs[side].names
         columns = [batch.column(n).to_pylist() for n in names]
         rows: list[Row] = list(zip(*columns, strict=True))
-        own, theirs = self._held_table(ctx, view), self._held_table(ctx, other)
-        join_keys = {view.join_key(row) for row in rows}
+        own, theirs = self._held_side(ctx, side), self._held_side(ctx, 1 - side)
+        join_key = self.views[side].join_key
+        join_keys = {join_key(row) for row in rows}
         if not self.null_safe:
             join_keys = {k for k in join_keys if None not in k}
         # Many keys for the table's rows: one read of the whole table beats
@@ -176,49 +181,65 @@ class StreamingJoin(Operator):
         if read_whole(len(rows), own.table):
             own.load_all()
         else:
-            own.load_rows(view.identity(row) for row in rows)
+            own.load_identities(rows, batch)
         if read_whole(len(join_keys), theirs.table):
             theirs.load_all()
-        elif other.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY:
-            theirs.load_rows(join_keys)
+        elif theirs.one_per_join_key:
+            theirs.load_join_key_rows(join_keys)
         else:
-            theirs.load_prefixes(join_keys)
-        batch_ctx = BatchContext(ctx, {view.name: own, other.name: theirs})
+            theirs.load_join_keys(join_keys)
+        states = (own, theirs) if side == LEFT else (theirs, own)
         for kind, row in zip(row_kinds(batch), rows, strict=True):
-            self.process_row(batch_ctx, row, kind, side)
-        own.flush()
-        theirs.flush()
+            self._row(ctx, states, row, kind, side)
+        own.flush(ctx)
+        theirs.flush(ctx)
 
-    def _held_table(self, ctx: OperatorContext, view: JoinStateView) -> BatchTable:
-        """The rows of ``view``'s table this batch run holds, while nothing
+    def _held_side(self, ctx: OperatorContext, side: int) -> HeldSide:
+        """The rows of ``side``'s table this batch run holds, while nothing
         else has written the table since."""
+        view = self.views[side]
         held = self._held.setdefault(id(ctx), {})
-        table = held.get(view.name)
-        if table is None or not table.current:
-            table = held[view.name] = BatchTable(ctx.table(view.name), len(view.join_key_indices))
-        return table
+        rows = held.get(view.name)
+        if rows is None or not rows.current:
+            rows = held[view.name] = HeldSide(view, ctx.table(view.name))
+        return rows
 
     # -- one row ---------------------------------------------------------------------------
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
-        view, other = self.views[side], self.views[1 - side]
+        left, right = self.views
+        self._row(ctx, (left, right), row, kind, side)
+
+    def _row(
+        self,
+        ctx: OperatorContext,
+        states: tuple[SideRows, SideRows],
+        row: Row,
+        kind: RowKind,
+        side: int,
+    ) -> None:
+        """The emit rules for one input row of ``side``, over each side's
+        rows in ``states`` (its view record at a time, its held rows on the
+        batch path)."""
+        view, other = states[side], states[1 - side]
         found = view.find(ctx, row)
-        key = view.join_key(row)
+        key = self._join_key[side](row)
         if not self.null_safe and None in key:
             candidates: list[Record] = []
         else:
             candidates = other.records(ctx, key)
-        if kind.is_accumulate and found is not None and view.has_unique_key:
-            self._replace(ctx, side, row, kind, found, candidates)
+        accumulate = kind.is_accumulate
+        if accumulate and found is not None and view.has_unique_key:
+            self._replace(ctx, states, side, row, kind, found, candidates)
             return
-        if kind.is_retract:
+        if not accumulate:
             if found is None:
                 ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
             else:  # with a unique key, retract what is stored under it
                 row = found.row
-        self._apply(ctx, side, row, kind, found, candidates)
+        self._apply(ctx, states, side, row, kind, accumulate, found, candidates)
 
     def _matches(self, side: int, row: Row, candidates: list[Record]) -> list[Record]:
         condition = self.condition
@@ -228,64 +249,84 @@ class StreamingJoin(Operator):
             return [m for m in candidates if condition(row, m.row)]
         return [m for m in candidates if condition(m.row, row)]
 
-    def _emit(self, ctx: OperatorContext, side: int, row: Row, other: Row, kind: RowKind) -> None:
-        ctx.emit(row + other if side == LEFT else other + row, kind)
-
     def _apply(
         self,
         ctx: OperatorContext,
+        states: tuple[SideRows, SideRows],
         side: int,
         row: Row,
         kind: RowKind,
+        accumulate: bool,
         found: Record | None,
         candidates: list[Record],
     ) -> None:
         """Accumulate or retract ``row`` (not an upsert): pad or unpad it on
         an outer side, gain or lose each match, store or remove it."""
-        view, other = self.views[side], self.views[1 - side]
-        matches = self._matches(side, row, candidates)
-        accumulate = kind.is_accumulate
+        view, other = states[side], states[1 - side]
+        matches = candidates if self.condition is None else self._matches(side, row, candidates)
         padded = INS if accumulate else DEL
         joined = padded if view.outer or other.outer else kind
+        emit = ctx.emit
         if view.outer and not matches:
-            self._emit(ctx, side, row, self._nulls[1 - side], padded)
+            emit(row + self._nulls[1] if side == LEFT else self._nulls[0] + row, padded)
         change = self._gain if accumulate else self._lose
         for m in matches:
-            change(ctx, side, row, m, joined)
+            change(ctx, other, side, row, m, joined)
         if accumulate:
-            view.add(ctx, row, found, sum(m.appearances for m in matches))
+            # Each match counts once per appearance (one, with a unique key).
+            if other.has_unique_key:
+                view.add(ctx, row, found, len(matches))
+            else:
+                view.add(ctx, row, found, sum(m.appearances for m in matches))
         elif found is not None:
             view.retract(ctx, found)
 
-    def _gain(self, ctx: OperatorContext, side: int, row: Row, m: Record, kind: RowKind) -> None:
-        """``row`` newly matches ``m``: per appearance of ``m``, retract its
-        padded row if it had no association, emit the pair; count it."""
-        other = self.views[1 - side]
-        for _ in range(m.appearances):
-            if other.outer and m.associations == 0:
-                self._emit(ctx, 1 - side, m.row, self._nulls[side], DEL)
-            self._emit(ctx, side, row, m.row, kind)
+    def _gain(
+        self, ctx: OperatorContext, other: SideRows, side: int, row: Row, m: Record, kind: RowKind
+    ) -> None:
+        """``row`` newly matches ``m`` (a row of ``other``): per appearance of
+        ``m``, retract its padded row if it had no association, emit the
+        pair; count it."""
+        emit = ctx.emit
+        pair = row + m.row if side == LEFT else m.row + row
         if other.outer:
+            padded = m.row + self._nulls[1] if side == RIGHT else self._nulls[0] + m.row
+            for _ in range(m.appearances):
+                if m.associations == 0:
+                    emit(padded, DEL)
+                emit(pair, kind)
             other.set_associations(ctx, m, m.associations + 1)
+        else:
+            for _ in range(m.appearances):
+                emit(pair, kind)
 
-    def _lose(self, ctx: OperatorContext, side: int, row: Row, m: Record, kind: RowKind) -> None:
-        """``row`` no longer matches ``m``: per appearance of ``m``, retract the
-        pair and pad ``m`` if that was its last association; count it. An
-        outer ``m`` with no association has no pair to retract: only a row
-        that was never stored (or expired) can meet it here."""
-        other = self.views[1 - side]
-        if other.outer and m.associations <= 0:
-            return
-        for _ in range(m.appearances):
-            self._emit(ctx, side, row, m.row, kind)
-            if other.outer and m.associations == 1:
-                self._emit(ctx, 1 - side, m.row, self._nulls[side], INS)
+    def _lose(
+        self, ctx: OperatorContext, other: SideRows, side: int, row: Row, m: Record, kind: RowKind
+    ) -> None:
+        """``row`` no longer matches ``m`` (a row of ``other``): per
+        appearance of ``m``, retract the pair and pad ``m`` if that was its
+        last association; count it. An outer ``m`` with no association has
+        no pair to retract: only a row that was never stored (or expired)
+        can meet it here."""
+        emit = ctx.emit
+        pair = row + m.row if side == LEFT else m.row + row
         if other.outer:
+            if m.associations <= 0:
+                return
+            padded = m.row + self._nulls[1] if side == RIGHT else self._nulls[0] + m.row
+            for _ in range(m.appearances):
+                emit(pair, kind)
+                if m.associations == 1:
+                    emit(padded, INS)
             other.set_associations(ctx, m, m.associations - 1)
+        else:
+            for _ in range(m.appearances):
+                emit(pair, kind)
 
     def _replace(
         self,
         ctx: OperatorContext,
+        states: tuple[SideRows, SideRows],
         side: int,
         row: Row,
         kind: RowKind,
@@ -294,25 +335,27 @@ class StreamingJoin(Operator):
     ) -> None:
         """An upsert: ``row`` replaces ``found``, the stored row with its unique
         key. A match of both is not an additional association."""
-        view, other = self.views[side], self.views[1 - side]
+        view, other = states[side], states[1 - side]
         old = found.row
-        new_matches = {id(m) for m in self._matches(side, row, candidates)}
-        old_matches = {id(m) for m in self._matches(side, old, candidates)}
+        new_matches = set(self._matches(side, row, candidates))
+        old_matches = set(self._matches(side, old, candidates))
         outer = view.outer or other.outer
+        pad = self._nulls[1 - side]
         if view.outer and new_matches and not old_matches:
-            self._emit(ctx, side, old, self._nulls[1 - side], DEL)
+            ctx.emit(old + pad if side == LEFT else pad + old, DEL)
         associations = 0
         for m in candidates:
-            is_new, was_old = id(m) in new_matches, id(m) in old_matches
+            is_new, was_old = m in new_matches, m in old_matches
             if is_new:
                 associations += m.appearances
             if is_new and was_old:
+                pair = row + m.row if side == LEFT else m.row + row
                 for _ in range(m.appearances):
-                    self._emit(ctx, side, row, m.row, INS if outer else kind)
+                    ctx.emit(pair, INS if outer else kind)
             elif is_new:
-                self._gain(ctx, side, row, m, INS if outer else kind)
+                self._gain(ctx, other, side, row, m, INS if outer else kind)
             elif was_old:
-                self._lose(ctx, side, old, m, DEL)
+                self._lose(ctx, other, side, old, m, DEL)
         if view.outer and not new_matches:
-            self._emit(ctx, side, row, self._nulls[1 - side], INS)
+            ctx.emit(row + pad if side == LEFT else pad + row, INS)
         view.add(ctx, row, found, associations)

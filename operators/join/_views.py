@@ -23,9 +23,10 @@ on (Flink's rule, :mod:`operators._ttl`): reads skip it and delete it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import itemgetter
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -35,13 +36,25 @@ from operators._ttl import expired, expiry_time
 from operators.errors import InputError
 from operators.join._metrics import EXPIRED, REMOVED, UPDATED, side_metric
 
-__all__ = ["JoinStateView", "Record", "ViewKind"]
+__all__ = ["JoinStateView", "Record", "SideRows", "ViewKind", "values_at"]
 
 Row = tuple[Any, ...]
+
+#: Which counts a side's stored rows carry after the input columns.
+_NO_COUNTS, _APPEARANCES_ONLY, _ASSOCIATIONS_ONLY, _BOTH_COUNTS = "", "a", "c", "ac"
 
 APPEARANCES = "__appearances"
 ASSOCIATIONS = "__associations"
 WRITTEN = "__written_ms"
+
+
+def values_at(indices: Sequence[int]) -> Callable[[Sequence[Any]], Row]:
+    """The values at ``indices`` of a row, as a tuple."""
+    if len(indices) == 1:
+        (at,) = indices
+        return lambda row: (row[at],)
+    get: Callable[[Sequence[Any]], Row] = itemgetter(*indices)
+    return get
 
 
 class ViewKind(enum.Enum):
@@ -52,9 +65,10 @@ class ViewKind(enum.Enum):
     INPUT_SIDE_HAS_NO_UNIQUE_KEY = "input side has no unique key"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Record:
-    """One stored row of a side with what the view keeps beside it."""
+    """One stored row of a side with what the view keeps beside it (one
+    object per row: records are equal only to themselves)."""
 
     #: The input row, in the side's input column order.
     row: Row
@@ -62,8 +76,39 @@ class Record:
     appearances: int
     #: Rows of the other side that match it (outer sides; -1 on inner ones).
     associations: int
-    #: The row as the state table holds it (input columns, then the view's).
-    stored: Row
+    #: The row as the state table holds it (input columns, then the view's);
+    #: ``None`` for a row the batch path holds that the table does not.
+    stored: Row | None
+
+
+class SideRows(Protocol):
+    """A side's rows as the emit rules read and write them: a
+    :class:`JoinStateView` on the state table, record at a time, or the rows
+    a batch holds (:class:`~operators.join._batch.HeldSide`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def outer(self) -> bool: ...
+
+    @property
+    def has_unique_key(self) -> bool: ...
+
+    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
+        """The record in the side with ``row``'s identity."""
+
+    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
+        """The records in the side with ``join_key``, in key order."""
+
+    def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
+        """One more appearance of ``row``, replacing ``found``."""
+
+    def retract(self, ctx: OperatorContext, found: Record) -> None:
+        """One appearance of ``found`` less."""
+
+    def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
+        """A new number of associations for an outer side's record."""
 
 
 class JoinStateView:
@@ -108,6 +153,8 @@ class JoinStateView:
         self.width = len(schema)
         names = schema.names
         self._jk = tuple(names.index(c) for c in join_key)
+        #: The join key of an input row, as a tuple.
+        self.join_key: Callable[[Sequence[Any]], Row] = values_at(self._jk)
         if not unique:
             self.kind = ViewKind.INPUT_SIDE_HAS_NO_UNIQUE_KEY
             rest = [c for c in names if c not in join_key]
@@ -133,24 +180,36 @@ class JoinStateView:
         self._appearances = columns.index(APPEARANCES) if APPEARANCES in columns else None
         self._associations = columns.index(ASSOCIATIONS) if outer else None
         self._written = columns.index(WRITTEN) if ttl_ms is not None else None
+        self._counts = (
+            (_NO_COUNTS, _ASSOCIATIONS_ONLY),
+            (_APPEARANCES_ONLY, _BOTH_COUNTS),
+        )[self._appearances is not None][outer]
 
     # -- rows and records ----------------------------------------------------------
-
-    def join_key(self, row: Row) -> Row:
-        """The join key of an input row."""
-        return tuple(row[i] for i in self._jk)
 
     @property
     def join_key_indices(self) -> tuple[int, ...]:
         """Positions of the join key columns in an input row."""
         return self._jk
 
+    @property
+    def counts_at(self) -> tuple[int | None, int | None]:
+        """Positions in a stored row of its appearances and associations
+        (``None``: the side keeps no such column)."""
+        return self._appearances, self._associations
+
+    @property
+    def identity_indices(self) -> tuple[int, ...]:
+        """Positions in an input row of its identity's columns."""
+        return self._identity
+
     def identity(self, row: Row) -> list[Any]:
         """The primary key of an input row's stored record: its join key and
         unique key, or, without one, the whole row (what :meth:`find` reads)."""
         return [row[i] for i in self._identity]
 
-    def _record(self, stored: Row) -> Record:
+    def record(self, stored: Row) -> Record:
+        """The record of a row as the state table holds it."""
         a, c = self._appearances, self._associations
         return Record(
             stored[: self.width],
@@ -168,6 +227,24 @@ class JoinStateView:
         if self._written is not None:
             out.append(now)
         return tuple(out)
+
+    def stored_row(self, row: Row, appearances: int, associations: int) -> Row:
+        """The row the state table holds for a record (no TTL)."""
+        counts = self._counts
+        if counts is _NO_COUNTS:
+            return row
+        if counts is _APPEARANCES_ONLY:
+            return (*row, appearances)
+        if counts is _ASSOCIATIONS_ONLY:
+            return (*row, associations)
+        return (*row, appearances, associations)
+
+    def count(self, ctx: OperatorContext, updated: int, removed: int) -> None:
+        """Count ``updated`` rows written and ``removed`` rows deleted."""
+        if updated:
+            ctx.count(self._updated, updated)
+        if removed:
+            ctx.count(self._removed, removed)
 
     def _expired(self, stored: Row, now: int) -> bool:
         return (
@@ -193,7 +270,7 @@ class JoinStateView:
         if self._expired(stored, ctx.processing_time):
             self._expire(ctx, stored)
             return None
-        return self._record(stored)
+        return self.record(stored)
 
     def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
         """Every live record with ``join_key``, in key order."""
@@ -204,14 +281,14 @@ class JoinStateView:
         else:
             found = list(table.scan(join_key))
         if self._written is None:
-            return [self._record(s) for s in found]
+            return [self.record(s) for s in found]
         now = ctx.processing_time
         live = []
         for stored in found:
             if self._expired(stored, now):
                 self._expire(ctx, stored)
             else:
-                live.append(self._record(stored))
+                live.append(self.record(stored))
         return live
 
     # -- writes --------------------------------------------------------------------
@@ -225,7 +302,7 @@ class JoinStateView:
             table.insert(self._stored(row, 1, associations, now))
         else:
             appearances = 1 if self.has_unique_key else found.appearances + 1
-            table.update(found.stored, self._stored(row, appearances, associations, now))
+            table.update(_stored_of(found), self._stored(row, appearances, associations, now))
         ctx.count(self._updated)
 
     def retract(self, ctx: OperatorContext, found: Record) -> None:
@@ -235,16 +312,16 @@ class JoinStateView:
             new = self._stored(
                 found.row, found.appearances - 1, found.associations, ctx.processing_time
             )
-            table.update(found.stored, new)
+            table.update(_stored_of(found), new)
             ctx.count(self._updated)
         else:
-            table.delete(found.stored)
+            table.delete(_stored_of(found))
             ctx.count(self._removed)
 
     def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
         """Store a new number of associations for an outer side's record."""
         new = self._stored(record.row, record.appearances, associations, ctx.processing_time)
-        ctx.table(self.name).update(record.stored, new)
+        ctx.table(self.name).update(_stored_of(record), new)
         ctx.count(self._updated)
 
     def sweep(self, ctx: OperatorContext) -> int:
@@ -257,3 +334,9 @@ class JoinStateView:
         for stored in expired:
             self._expire(ctx, stored)
         return len(expired)
+
+
+def _stored_of(record: Record) -> Row:
+    """The stored row of a record read from the table."""
+    assert record.stored is not None, "a record read from the table has its stored row"
+    return record.stored

@@ -27,7 +27,7 @@ from operators.demo import (
     top_table,
     write_batches,
 )
-from operators.errors import RunnerError
+from operators.errors import InputError, RunnerError
 from operators.testing import PipelineHarness
 
 pytestmark = pytest.mark.spark
@@ -194,6 +194,28 @@ class TestDemoParts:
             {"row_kind": "-D", "k": "b", "v": 3},
         ]
         assert materialise(rows, ["k", "v"]) == [("a", 2)]
+
+    def test_materialise_upsert_stream_by_key(self) -> None:
+        """An upsert stream (+U with no -U) materialises by its key: each
+        key's row of the latest batch, a -D leaving nothing."""
+        rows = [
+            {"row_kind": "+U", "k": "a", "v": 2, "batch": 1},
+            {"row_kind": "+I", "k": "a", "v": 1, "batch": 0},
+            {"row_kind": "+I", "k": "b", "v": 3, "batch": 0},
+            {"row_kind": "-D", "k": "b", "v": 3, "batch": 2},
+            {"row_kind": "+I", "k": "c", "v": 4, "batch": 2},
+        ]
+        assert materialise(rows, ["k", "v"], key=["k"]) == [("a", 2), ("c", 4)]
+
+    def test_materialise_refuses_upsert_stream_without_key(self) -> None:
+        """Counting rows of an upsert stream would keep each old row beside
+        its new one: without the key it is refused with an InputError."""
+        rows = [
+            {"row_kind": "+I", "k": "a", "v": 1},
+            {"row_kind": "+U", "k": "a", "v": 2},
+        ]
+        with pytest.raises(InputError, match="upsert stream"):
+            materialise(rows, ["k", "v"])
 
 
 class TestExpectedTables:

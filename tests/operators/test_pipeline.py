@@ -18,12 +18,15 @@ from _pipeline_work import (
     top_customers,
 )
 
+from encoding import Direction, KeyColumn
 from operators import InputError, Operator, OperatorContext, Pipeline, RowKind, Watermark
 from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
 from operators._spark_hash import spark_partition
+from operators.aggregate import Aggregate, GroupAggregate
 from operators.demo import materialised
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness, PipelineHarness
+from operators.topn import TopN
 
 
 def _revenue_pipeline() -> tuple[Pipeline, str, str]:
@@ -62,6 +65,39 @@ class TestBuildErrors:
         pair.inputs = [pa.schema([("customer", pa.int64())]), strings.schema]
         with pytest.raises(InputError, match="hash alike"):
             pipeline.stage(pair, customers, strings, keys=["customer"])
+
+    def test_upsert_stream_refused_where_retractions_are_needed(self) -> None:
+        """The output of an aggregate built with update_before=False (+U with
+        no -U) is refused as the input of a stage that needs the -U rows
+        (a top-N), and accepted by one that reads it by key."""
+        pipeline = Pipeline()
+        stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
+        upsert = pipeline.stage(
+            GroupAggregate(
+                stream.schema, ["key"], [Aggregate.sum("value", "total")], update_before=False
+            ),
+            stream,
+            keys=["key"],
+        )
+        top = TopN(upsert.schema, [KeyColumn("total", Direction.DESC)], 3, name="top")
+        with pytest.raises(
+            InputError, match=r"upsert stream keyed by \['key'\].*update_before=True"
+        ):
+            pipeline.stage(top, upsert, keys=())
+        by_key = _Lagging("by_key")
+        by_key.inputs = [upsert.schema]
+        by_key.needs_update_before = False
+        pipeline.stage(by_key, upsert, keys=["key"])
+        retracting = pipeline.stage(
+            GroupAggregate(stream.schema, ["key"], [Aggregate.count()], name="counts"),
+            stream,
+            keys=["key"],
+        )
+        pipeline.stage(
+            TopN(retracting.schema, [KeyColumn("count", Direction.DESC)], 3, name="top2"),
+            retracting,
+            keys=(),
+        )
 
     def test_arity_names_and_completeness(self) -> None:
         """Wrong input counts, a stage name used twice, an output that is not a

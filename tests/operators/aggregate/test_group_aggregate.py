@@ -240,6 +240,42 @@ class TestHaving:
         assert step(h, [("a", 1, 1)], kinds=[DEL]) == []
 
 
+class TestWithoutUpdateBefore:
+    def test_append_stream_upserts(self, make: Callable[..., OperatorHarness]) -> None:
+        """update_before=False: +I for a new group, +U alone for a changed
+        one (Spark's update mode rows), nothing for an unchanged one."""
+        h = make([Aggregate.count(), Aggregate.max("v")], changelog=False, update_before=False)
+        assert h.operator.output_upsert_key == ("g",)
+        assert step(h, [("a", 1, 1), ("b", 2, 2)]) == [(INS, ("a", 1, 1)), (INS, ("b", 1, 2))]
+        assert step(h, [("a", 5, 3)]) == [(UA, ("a", 2, 5))]
+        assert step(h, [("c", 7, 4), ("b", 1, 5)]) == [(UA, ("b", 2, 2)), (INS, ("c", 1, 7))]
+
+    def test_changelog_deletes_and_having(self, make: Callable[..., OperatorHarness]) -> None:
+        """Over a changelog the last row retracted still emits -D of the
+        group's result, and a having filter still gives +I / -D as a group
+        enters and leaves; only the -U rows are left out."""
+        h = make([Aggregate.count(), Aggregate.min("v")], update_before=False)
+        assert step(h, [("a", 3, 1), ("a", 1, 2)]) == [(INS, ("a", 2, 1))]
+        assert step(h, [("a", 1, 2)], kinds=[DEL]) == [(UA, ("a", 1, 3))]
+        assert step(h, [("a", 3, 1)], kinds=[DEL]) == [(DEL, ("a", 1, 3))]
+        g = make([Aggregate.count()], having=lambda r: r["count"] >= 2, update_before=False)
+        assert step(g, [("a", 1, 1), ("a", 1, 2)]) == [(INS, ("a", 2))]
+        assert step(g, [("a", 1, 3)]) == [(UA, ("a", 3))]
+        assert step(g, [("a", 1, 3), ("a", 1, 2)], kinds=[DEL, DEL]) == [(DEL, ("a", 3))]
+
+    def test_custom_aggregate_path(self, make: Callable[..., OperatorHarness]) -> None:
+        """The per-group path of a custom aggregate leaves out -U the same way."""
+        h = make([Aggregate.custom(Variance(), "v", "var_v")], update_before=False)
+        assert step(h, [("a", 1, 1), ("a", 3, 2)]) == [(INS, ("a", 1.0))]
+        assert step(h, [("a", 3, 2)], kinds=[DEL]) == [(UA, ("a", 0.0))]
+        assert step(h, [("a", 1, 1)], kinds=[DEL]) == [(DEL, ("a", 0.0))]
+
+    def test_retract_mode_declares_no_upsert_key(self) -> None:
+        """By default the output carries -U rows and names no upsert key."""
+        op = GroupAggregate(SCHEMA, ["g"], [Aggregate.count()])
+        assert op.update_before and op.output_upsert_key is None
+
+
 class TestCustomAndState:
     def test_custom_variance(self, make: Callable[..., OperatorHarness]) -> None:
         """A custom aggregate accumulates and retracts through its interface."""
