@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators._bench.versus import Discard
+from operators._bench.versus import Discard, spark_floor
 from operators._operator import Operator
 from operators.join import AppendJoin, TimeRange
 from operators.testing import OperatorHarness
@@ -212,36 +212,14 @@ def run_relstate(
 def run_spark_floor(
     spark: Any, workload: AppendWorkload, dirs: tuple[Path, Path], out: Path, partitions: int
 ) -> float:
-    """What any operator run by Spark's ``foreachBatch`` pays before it does
-    anything: Spark's micro-batch over the same files, the batch shuffled by
-    the join key into ``partitions`` tasks and handed to Python by
-    ``mapInArrow``, which only counts the rows (adaptive execution off, as in
-    relstate's runner). Seconds from start to the end of the last batch."""
+    """The Spark-alone floor (:func:`~operators._bench.versus.spark_floor`)
+    over the same files, shuffled by the join key: seconds from start to
+    end."""
     from pyspark.sql import functions as F
-
-    from operators._runner import _without_adaptive_execution
-
-    def count(batches: Any) -> Any:
-        yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
-
-    counted: list[int] = []
-
-    def each(batch: Any, batch_id: int) -> None:
-        with _without_adaptive_execution(batch.sparkSession):
-            shuffled = batch.repartition(partitions, "ad_id").mapInArrow(count, "rows long")
-            counted.extend(r[0] for r in shuffled.collect())
 
     left, right = _streams(spark, dirs)
     stream = left.withColumn("side", F.lit(0)).unionByName(right.withColumn("side", F.lit(1)))
-    started = time.perf_counter()
-    query = (
-        stream.writeStream.foreachBatch(each)
-        .option("checkpointLocation", str(out / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    seconds = time.perf_counter() - started
-    if sum(counted) != 2 * workload.rows:
-        raise RuntimeError(f"the floor job saw {sum(counted)} rows of {2 * workload.rows}")
-    return seconds
+    floor = spark_floor(stream, "ad_id", partitions, str(out / "checkpoint"))
+    if floor.rows != 2 * workload.rows:
+        raise RuntimeError(f"the floor job saw {floor.rows} rows of {2 * workload.rows}")
+    return floor.seconds

@@ -12,6 +12,13 @@ moves): there relstate's cost should grow with the changes and the
 baseline's stay flat. relstate's output after the last batch, applied as an
 upsert changelog, is checked once against the baseline's join (the suite
 fails if they differ).
+
+The fixed cost: at the sweep's fewest changes, relstate's time per change
+batch (two stages, each a shuffle into Python, a store opened and committed
+per task) against one Spark-alone floor on the same files: Spark's
+micro-batch with ``foreachBatch``, the batch shuffled by key into
+``mapInArrow``, which only counts the rows. The goal is at most 1.5 floors,
+so that comparison's baseline is 1.5 times the floor.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from operators._bench.versus import Comparison, SuiteResult, runs
+from operators._bench.versus import Comparison, SuiteResult, runs, spark_floor
 from operators._fk_join import FkJoin, run_fk_join
 from operators.demo import write_batches
 
@@ -40,6 +47,9 @@ __all__ = ["run"]
 LEFT = pa.schema([("id", pa.int64()), ("fk", pa.int64()), ("payload", pa.string())])
 RIGHT = pa.schema([("rid", pa.int64()), ("rval", pa.string())])
 BASELINE = "Spark batch join of the full tables"
+#: The fixed cost's goal: at most this many Spark-alone floors per batch.
+FLOORS = 1.5
+FLOOR = f"{FLOORS} x Spark alone: foreachBatch, shuffle into mapInArrow"
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ class _Times:
     load: float
     relstate: list[float]
     baseline: list[float]
+    #: Each change batch's Spark-alone floor, where it was measured.
+    floor: list[float] | None = None
 
 
 _FULL = _Plan(
@@ -126,10 +138,8 @@ class _TimingSink:
         self.finished.append(time.perf_counter())
 
 
-def _relstate(
-    spark: SparkSession, root: Path, join: FkJoin, partitions: int
-) -> tuple[float, list[float]]:
-    """The initial load's time and each change batch's, through the runner."""
+def _streams(spark: SparkSession, root: Path) -> list[DataFrame]:
+    """Each side's changelog files as a stream, one file per batch."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     streams = []
@@ -140,6 +150,32 @@ def _relstate(
             .option("maxFilesPerTrigger", 1)
             .parquet(str(root / f"in{side}"))
         )
+    return streams
+
+
+def _batch_times(started: float, finished: list[float]) -> tuple[float, list[float]]:
+    """The first batch's time (the initial load) and each later one's."""
+    ends = [started, *finished]
+    times = [b - a for a, b in itertools.pairwise(ends)]
+    return times[0], times[1:]
+
+
+def _spark_floor(spark: SparkSession, root: Path, partitions: int) -> list[float]:
+    """Each change batch's Spark-alone floor
+    (:func:`~operators._bench.versus.spark_floor`) over the same files, both
+    sides shuffled by the FK."""
+    from pyspark.sql import functions as F
+
+    left, right = _streams(spark, root)
+    stream = left.select("fk").unionByName(right.select(F.col("rid").alias("fk")))
+    return spark_floor(stream, "fk", partitions, str(root / "floor-checkpoint")).batches[1:]
+
+
+def _relstate(
+    spark: SparkSession, root: Path, join: FkJoin, partitions: int
+) -> tuple[float, list[float]]:
+    """The initial load's time and each change batch's, through the runner."""
+    streams = _streams(spark, root)
     sink = _TimingSink(root / "out")
     started = time.perf_counter()
     query = run_fk_join(
@@ -152,9 +188,7 @@ def _relstate(
         trigger={"availableNow": True},
     )
     query.awaitTermination()
-    ends = [started, *sink.finished]
-    times = [b - a for a, b in itertools.pairwise(ends)]
-    return times[0], times[1:]
+    return _batch_times(started, sink.finished)
 
 
 def _as_it_stands(changes: DataFrame, order: str) -> DataFrame:
@@ -208,10 +242,16 @@ def _baseline(spark: SparkSession, root: Path, batches: int) -> list[float]:
 
 
 def _measure(
-    spark: SparkSession, root: Path, join: FkJoin, point: _Plan, progress: Callable[[str], None]
+    spark: SparkSession,
+    root: Path,
+    join: FkJoin,
+    point: _Plan,
+    progress: Callable[[str], None],
+    floor: bool = False,
 ) -> _Times:
-    """Run ``point``'s changelogs through relstate and the baseline;
-    ``progress`` hears which one starts."""
+    """Run ``point``'s changelogs through relstate and the baseline (and,
+    with ``floor``, the Spark-alone floor); ``progress`` hears which one
+    starts."""
     n = point.sizes[0]
     shutil.rmtree(root, ignore_errors=True)
     lefts, rights = _changelogs(n, point, seed=n)
@@ -220,7 +260,11 @@ def _measure(
     progress("relstate")
     load, ours = _relstate(spark, root, join, point.partitions)
     progress(BASELINE)
-    return _Times(load, ours, _baseline(spark, root, point.batches))
+    theirs = _baseline(spark, root, point.batches)
+    if not floor:
+        return _Times(load, ours, theirs)
+    progress("Spark alone")
+    return _Times(load, ours, theirs, _spark_floor(spark, root, point.partitions))
 
 
 def _scaled(scale: int) -> _Plan:
@@ -250,7 +294,10 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         what = f"{n:,} rows, {changes:,} changes per batch"
         if point not in times:
             root = workdir / f"n{n}-c{point.left_changes}"
-            times[point] = t = _measure(spark, root, join, point, partial(_step, progress, what))
+            fewest = sweep and point.left_changes == min(plan.sweep_changes)
+            times[point] = t = _measure(
+                spark, root, join, point, partial(_step, progress, what), floor=fewest
+            )
             if len(times) == 1:
                 _check_output(spark, root)
             readings.append((f"{what}: initial load through relstate", f"{t.load:.2f} s"))
@@ -265,6 +312,19 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         goal = 1.0 if n >= 100_000 and not sweep else None
         relstate, baseline = sum(t.relstate) / len(t.relstate), sum(t.baseline) / len(t.baseline)
         comparisons.append(Comparison(name, changes, relstate, baseline, BASELINE, goal))
+        if sweep and t.floor is not None:
+            floor = sum(t.floor) / len(t.floor)
+            readings.append((f"{what}: Spark alone per batch", runs(t.floor)))
+            comparisons.append(
+                Comparison(
+                    f"fixed cost: {n:,} left rows, {changes:,} changes per batch",
+                    changes,
+                    relstate,
+                    FLOORS * floor,
+                    FLOOR,
+                    goal=1.0,
+                )
+            )
     spark.stop()
     return SuiteResult(
         suite="fkjoin",

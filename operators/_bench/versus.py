@@ -10,6 +10,8 @@ a speed-up. Absolute figures that have no baseline are readings.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
@@ -23,12 +25,14 @@ from operators._operator import Operator, OperatorContext
 __all__ = [
     "Comparison",
     "Discard",
+    "FloorRun",
     "SuiteResult",
     "Work",
     "ceiling",
     "markdown",
     "page_name",
     "runs",
+    "spark_floor",
     "terminal",
     "work_of",
 ]
@@ -154,6 +158,52 @@ class Discard(Operator):
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Nothing: the rows only pass through the runner."""
+
+
+@dataclass(frozen=True)
+class FloorRun:
+    """One run of :func:`spark_floor`."""
+
+    #: From the query's start to its end.
+    seconds: float
+    #: Each batch's time: the first from the query's start, each later one
+    #: from the end of the one before.
+    batches: list[float]
+    #: The rows the tasks counted, over all batches.
+    rows: int
+
+
+def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> FloorRun:
+    """What any operator run by Spark's ``foreachBatch`` pays before it does
+    anything: Spark's micro-batch over ``stream`` (an ``availableNow``
+    trigger), each batch shuffled by ``key`` into ``partitions`` tasks and
+    handed to Python by ``mapInArrow``, which only counts the rows (adaptive
+    execution off, as in relstate's runner)."""
+    from operators._runner import _without_adaptive_execution
+
+    def count(batches: Any) -> Any:
+        yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
+
+    counted: list[int] = []
+    finished: list[float] = []
+
+    def each(batch: Any, batch_id: int) -> None:
+        with _without_adaptive_execution(batch.sparkSession):
+            shuffled = batch.repartition(partitions, key).mapInArrow(count, "rows long")
+            counted.extend(r[0] for r in shuffled.collect())
+        finished.append(time.perf_counter())
+
+    started = time.perf_counter()
+    query = (
+        stream.writeStream.foreachBatch(each)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    ends = [started, *finished]
+    return FloorRun(seconds, [b - a for a, b in itertools.pairwise(ends)], sum(counted))
 
 
 def runs(seconds: Sequence[float]) -> str:

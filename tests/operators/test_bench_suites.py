@@ -288,3 +288,26 @@ class TestDedupReadings:
         progress = {"durationMs": {"triggerExecution": 300, "addBatch": 200}}
         query = types.SimpleNamespace(recentProgress=[progress, progress])
         assert _batch_ms(query) == "300 ms per batch (200 ms in addBatch)"
+
+
+class TestSparkFloor:
+    @pytest.mark.spark
+    def test_counts_every_row_and_times_each_batch(self, spark: Any, tmp_path: Path) -> None:
+        """The Spark-alone floor runs one batch per file, hands every row to
+        Python (counted) and times each batch."""
+        from operators._bench.versus import spark_floor
+
+        (tmp_path / "in").mkdir()
+        for i in range(3):
+            spark.range(i * 10, i * 10 + 10).coalesce(1).write.parquet(str(tmp_path / f"f{i}"))
+            (written,) = (tmp_path / f"f{i}").glob("*.parquet")
+            written.rename(tmp_path / "in" / f"part-{i}.parquet")
+        stream = (
+            spark.readStream.schema("id long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(tmp_path / "in"))
+        )
+        floor = spark_floor(stream, "id", 2, str(tmp_path / "checkpoint"))
+        assert floor.rows == 30
+        assert len(floor.batches) == 3 and all(t > 0 for t in floor.batches)
+        assert floor.seconds >= sum(floor.batches)
