@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from operators._bench.versus import Comparison, SuiteResult, runs, spark_floor
 from operators._fk_join import FkJoin, run_fk_join
+from operators._sinks import ParquetSink
 from operators.demo import write_batches
 
 if TYPE_CHECKING:
@@ -126,15 +127,17 @@ def _table(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.Table:
     return pa.Table.from_pylist([dict(zip(full.names, r, strict=True)) for r in rows], full)
 
 
-class _TimingSink:
-    """Writes each batch's output to Parquet and notes when it finished."""
+class _TimingSink(ParquetSink):
+    """relstate's Parquet sink (the output stage's tasks write their own
+    rows, as the other suites' relstate side does), noting when each batch
+    was committed: its end."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        super().__init__(str(path))
         self.finished: list[float] = []
 
-    def __call__(self, output: DataFrame, batch_id: int) -> None:
-        output.write.mode("overwrite").parquet(str(self.path / f"batch={batch_id}"))
+    def commit(self, batch_id: int) -> None:
+        super().commit(batch_id)
         self.finished.append(time.perf_counter())
 
 
