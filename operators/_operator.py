@@ -89,6 +89,14 @@ class OperatorContext(abc.ABC):
         for row in zip(*lists, strict=True):
             self.emit(row, kind)
 
+    def emit_rows(self, rows: Sequence[Sequence[Any]], kinds: Sequence[RowKind]) -> None:
+        """Output ``rows`` in order, each with the row kind at its position in
+        ``kinds``: the same as calling :meth:`emit` for each, which is what
+        this default does; the context the test harness and the Spark runner
+        give an operator takes the lists in one step."""
+        for row, kind in zip(rows, kinds, strict=True):
+            self.emit(row, kind)
+
     @abc.abstractmethod
     def register_timer(self, timer: Timer) -> None:
         """Fire ``operator.on_timer`` once the timer's time is reached;

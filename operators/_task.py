@@ -141,6 +141,15 @@ class BatchRun(OperatorContext):
         # a cost per output row.
         self._kinds.append(kind._value_)
 
+    def emit_rows(self, rows: Sequence[Sequence[Any]], kinds: Sequence[RowKind]) -> None:
+        if len(rows) != len(kinds):
+            raise InputError(
+                f"operator {self.operator.name!r} emitted {len(rows)} rows with {len(kinds)} "
+                "row kinds"
+            )
+        self._rows.extend(rows)
+        self._kinds.extend([k._value_ for k in kinds])
+
     def emit_batch(
         self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT
     ) -> None:

@@ -46,7 +46,7 @@ __all__ = ["StreamingJoin"]
 Row = tuple[Any, ...]
 Condition = Callable[[Row, Row], bool]
 
-INS, DEL = RowKind.INSERT, RowKind.DELETE
+INS, DEL, UPA = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER
 
 #: When each side with a TTL is next swept for expired rows.
 _SWEEPS = TableSchema(
@@ -188,9 +188,12 @@ class StreamingJoin(Operator):
             theirs.load_join_key_rows(join_keys)
         else:
             theirs.load_join_keys(join_keys)
-        states = (own, theirs) if side == LEFT else (theirs, own)
-        for kind, row in zip(row_kinds(batch), rows, strict=True):
-            self._row(ctx, states, row, kind, side)
+        if self.condition is None:
+            self._held_rows(ctx, own, theirs, side, rows, row_kinds(batch))
+        else:
+            states = (own, theirs) if side == LEFT else (theirs, own)
+            for kind, row in zip(row_kinds(batch), rows, strict=True):
+                self._row(ctx, states, row, kind, side)
         own.flush(ctx)
         theirs.flush(ctx)
 
@@ -203,6 +206,102 @@ class StreamingJoin(Operator):
         if rows is None or not rows.current:
             rows = held[view.name] = HeldSide(view, ctx.table(view.name))
         return rows
+
+    def _held_rows(
+        self,
+        ctx: OperatorContext,
+        own: HeldSide,
+        theirs: HeldSide,
+        side: int,
+        rows: list[Row],
+        kinds: list[RowKind],
+    ) -> None:
+        """The emit rules of :meth:`_row` for every input row of a batch of
+        ``side``, over held rows, with no condition (every candidate is a
+        match): :meth:`_apply`, :meth:`_gain` and :meth:`_lose` written out
+        in one loop, with what they look up bound once, and the output kept
+        in two lists handed to the context at once. An upsert goes through
+        :meth:`_replace`."""
+        left = side == LEFT
+        states = (own, theirs) if left else (theirs, own)
+        own_outer, their_outer = own.outer, theirs.outer
+        outer = own_outer or their_outer
+        own_unique, their_unique = own.has_unique_key, theirs.has_unique_key
+        pad, their_pad = self._nulls[1 - side], self._nulls[side]
+        join_key = self._join_key[side]
+        null_safe = self.null_safe
+        find, records, add, retract = own.find, theirs.records, own.add, own.retract
+        out: list[Row] = []
+        out_kinds: list[RowKind] = []
+        emit, emit_kind = out.append, out_kinds.append
+        unknown = side_metric(own.name, UNKNOWN_RETRACTIONS)
+        written = theirs._written.add
+        for kind, row in zip(kinds, rows, strict=True):
+            found = find(ctx, row)
+            key = join_key(row)
+            matches = [] if not null_safe and None in key else records(ctx, key)
+            accumulate = kind is INS or kind is UPA
+            if accumulate:
+                if found is not None and own_unique:
+                    ctx.emit_rows(out, out_kinds)
+                    out.clear()
+                    out_kinds.clear()
+                    self._replace(ctx, states, side, row, kind, found, matches)
+                    continue
+                padded = INS
+            else:
+                if found is None:
+                    ctx.count(unknown)
+                else:
+                    row = found.row
+                padded = DEL
+            joined = padded if outer else kind
+            if own_outer and not matches:
+                emit(row + pad if left else pad + row)
+                emit_kind(padded)
+            for m in matches:
+                m_row = m.row
+                pair = row + m_row if left else m_row + row
+                appearances = m.appearances
+                if their_outer:
+                    associations = m.associations
+                    m_pad = their_pad + m_row if left else m_row + their_pad
+                    if accumulate:
+                        for _ in range(appearances):
+                            if associations == 0:
+                                emit(m_pad)
+                                emit_kind(DEL)
+                            emit(pair)
+                            emit_kind(joined)
+                        m.associations = associations + 1
+                    else:
+                        if associations <= 0:
+                            continue
+                        for _ in range(appearances):
+                            emit(pair)
+                            emit_kind(joined)
+                            if associations == 1:
+                                emit(m_pad)
+                                emit_kind(INS)
+                        m.associations = associations - 1
+                    theirs._updated += 1
+                    written(m)
+                elif appearances == 1:
+                    emit(pair)
+                    emit_kind(joined)
+                else:
+                    for _ in range(appearances):
+                        emit(pair)
+                        emit_kind(joined)
+            if accumulate:
+                # Each match counts once per appearance (one, with a unique key).
+                if their_unique:
+                    add(ctx, row, found, len(matches))
+                else:
+                    add(ctx, row, found, sum(m.appearances for m in matches))
+            elif found is not None:
+                retract(ctx, found)
+        ctx.emit_rows(out, out_kinds)
 
     # -- one row ---------------------------------------------------------------------------
 

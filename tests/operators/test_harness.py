@@ -512,6 +512,27 @@ class TestEmitBatch:
         with pytest.raises(InputError, match="'value' of type string"):
             make_harness(Wrong()).process_rows([("a", 1)])
 
+    def test_rows_emitted_as_lists_keep_their_order_and_kinds(
+        self, make_harness: Callable[..., OperatorHarness]
+    ) -> None:
+        """Rows handed over with ``emit_rows`` come out in order with their
+        own kinds, after rows emitted before them; a kind list of another
+        length is an InputError."""
+
+        class Lists(BatchEmitter):
+            def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+                ctx.emit(("first", 0))
+                ctx.emit_rows([("a", 1), ("b", 2)], [UB, UA])
+
+        class Uneven(BatchEmitter):
+            def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+                ctx.emit_rows([("a", 1)], [])
+
+        out = make_harness(Lists()).process_rows([("x", 1)])
+        assert out == [(INS, ("first", 0)), (UB, ("a", 1)), (UA, ("b", 2))]
+        with pytest.raises(InputError, match="1 rows with 0 row kinds"):
+            make_harness(Uneven()).process_rows([("a", 1)])
+
 
 class TestTimerLoops:
     def test_timer_that_rearms_itself_fires_once_per_call(self) -> None:
