@@ -230,12 +230,14 @@ class JoinStateView:
 
     def stored_row(self, row: Row, appearances: int, associations: int) -> Row:
         """The row the state table holds for a record (no TTL)."""
+        # ``==``, not ``is``: an unpickled view (a Spark task's) holds its
+        # own copy of the string.
         counts = self._counts
-        if counts is _NO_COUNTS:
+        if counts == _NO_COUNTS:
             return row
-        if counts is _APPEARANCES_ONLY:
+        if counts == _APPEARANCES_ONLY:
             return (*row, appearances)
-        if counts is _ASSOCIATIONS_ONLY:
+        if counts == _ASSOCIATIONS_ONLY:
             return (*row, associations)
         return (*row, appearances, associations)
 

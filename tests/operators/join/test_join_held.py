@@ -5,6 +5,7 @@ in the state table, so the batch path emits what record at a time emits."""
 from __future__ import annotations
 
 import math
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,23 @@ class TestFloatJoinKeys:
             batched = run(made[0], seed, tmp_path / f"b{seed}")
             single = run(made[1], seed, tmp_path / f"r{seed}")
             assert batched == single, f"seed {seed}"
+
+
+class TestShippedJoin:
+    @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.LEFT])
+    @pytest.mark.parametrize("unique", [True, False])
+    def test_join_unpickled_as_a_spark_task_gets_it(
+        self, join_type: JoinType, unique: bool, tmp_path: Path
+    ) -> None:
+        """A join pickled and loaded again (as the runner ships it to Spark's
+        workers) writes each side's rows in its own layout on the batch
+        path: the same output and state as the join never pickled."""
+        key = ["id"] if unique else None
+
+        def join() -> StreamingJoin:
+            return StreamingJoin(join_type, SIDE, SIDE, ["k"], ["k"], key, key, right_prefix="r_")
+
+        from pyspark import cloudpickle
+
+        shipped = pickle.loads(cloudpickle.dumps(join()))
+        assert run(shipped, 0, tmp_path / "shipped") == run(join(), 0, tmp_path / "local")
