@@ -343,8 +343,8 @@ class _Driver:
             parts.append(
                 rows.selectExpr(
                     *[
-                        f"{_quoted(named(n))} AS {_quoted(tagged(side, n))}"
-                        for n in plan.side_columns[side]
+                        f"{_quoted(named(n))} AS {tagged(side, i)}"
+                        for i, n in enumerate(plan.side_columns[side])
                     ],
                     ROW_KIND,
                     f"{side} AS {SIDE}",
@@ -713,7 +713,7 @@ def start(
         kind = F.col(ROW_KIND) if source.changelog else F.lit(RowKind.INSERT.value)
         frames.append(
             frame.select(
-                *[F.col(f"`{n}`").alias(_source_column(index, n)) for n in source.schema.names],
+                *[F.col(_quoted(n)).alias(_source_column(index, n)) for n in source.schema.names],
                 kind.alias(ROW_KIND),
                 F.lit(index).alias(_SOURCE),
             )

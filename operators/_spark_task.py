@@ -57,9 +57,12 @@ _ORDER_BITS = 40
 CHUNK_ROWS = 65_536
 
 
-def tagged(side: int, name: str) -> str:
-    """A side's column as the stage's input frame holds it."""
-    return f"s{side}__{name}"
+def tagged(side: int, position: int) -> str:
+    """A side's column (at ``position`` among its columns) as the stage's
+    input frame holds it: named by position, as PySpark's ``mapInArrow``
+    reads each column of its frame by name and cannot take a name with a
+    dot or a backtick."""
+    return f"s{side}__{position}"
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ def _untagged(side: int, parts: list[pa.RecordBatch], names: list[str]) -> pa.Re
     """One batch of a side's rows, its columns under the side's own names."""
     table = (
         pa.Table.from_batches(parts)
-        .select([*(tagged(side, n) for n in names), ROW_KIND])
+        .select([*(tagged(side, i) for i in range(len(names))), ROW_KIND])
         .rename_columns([*names, ROW_KIND])
         .combine_chunks()
     )

@@ -18,10 +18,10 @@ def tagged(sides: list[int], start: int = 0) -> pa.RecordBatch:
     keys = list(range(start, start + n))
     return pa.record_batch(
         {
-            "s0__k": pa.array(
+            "s0__0": pa.array(
                 [k if s == 0 else None for k, s in zip(keys, sides, strict=True)], pa.int64()
             ),
-            "s1__k": pa.array(
+            "s1__0": pa.array(
                 [k if s == 1 else None for k, s in zip(keys, sides, strict=True)], pa.int64()
             ),
             "row_kind": ["+I"] * n,

@@ -11,7 +11,14 @@ import pyarrow as pa
 import pytest
 
 from encoding import TableSchema
-from operators import Operator, OperatorContext, ParquetSink, RowKind, run_operator
+from operators import (
+    Operator,
+    OperatorContext,
+    ParquetSink,
+    Pipeline,
+    RowKind,
+    run_operator,
+)
 from operators._spark_task import StagePlan, open_store
 from operators.demo import write_batches
 from operators.testing import OperatorHarness
@@ -147,3 +154,55 @@ class TestSecondAttempt:
             assert list(store.table("counts").scan()) == [(7, 2, 0)]
             store.load(0, first_info.commit_id)
             assert list(store.table("counts").scan()) == [(7, 1, 0)]
+
+
+ODD_LEFT = pa.schema([("k`e y", pa.int64()), ("na me.x", pa.string()), ("séq", pa.int64())])
+ODD_RIGHT = pa.schema([("ключ", pa.int64()), ("a`.mount`", pa.int64())])
+
+
+@pytest.mark.spark
+class TestOddColumnNames:
+    def test_backticks_spaces_dots_and_unicode_in_keys_and_sequence(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """Column names with backticks, spaces, dots and non-ASCII letters
+        serve as keys and sequence column through the runner (two sources,
+        null keys dropped): the join's output equals the harness's."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from operators.join import StreamingJoin
+
+        lefts = [(k, f"n{k}", 10 - k) for k in range(6)] + [(None, "null", 0)]
+        rights = [(k % 3, k) for k in range(6)] + [(None, 99)]
+        for side, (schema, rows) in enumerate(((ODD_LEFT, lefts), (ODD_RIGHT, rights))):
+            table = pa.Table.from_pylist(
+                [dict(zip(schema.names, r, strict=True)) for r in rows], schema
+            )
+            write_batches(tmp_path / f"side{side}", [table], prefix="part")
+        streams = [
+            spark.readStream.schema(from_arrow_schema(s)).parquet(str(tmp_path / f"side{i}"))
+            for i, s in enumerate((ODD_LEFT, ODD_RIGHT))
+        ]
+
+        def join() -> StreamingJoin:
+            return StreamingJoin("inner", ODD_LEFT, ODD_RIGHT, ["k`e y"], ["ключ"])
+
+        pipeline = Pipeline()
+        left = pipeline.source(streams[0], "left", sequence="séq")
+        right = pipeline.source(streams[1], "right")
+        joined = pipeline.stage(
+            join(), left, right, keys=[["k`e y"], ["ключ"]], drop_null_keys=True
+        )
+        sink = ParquetSink(str(tmp_path / "out"))
+        query = pipeline.start(
+            joined, sink, str(tmp_path / "ck"), 2, trigger={"availableNow": True}
+        )
+        query.awaitTermination()
+        names = join().output.names
+        got = Counter(tuple(r[n] for n in names) for r in sink.read(spark).collect())
+
+        with OperatorHarness(join()) as harness:
+            harness.process_rows(lefts, side=0)
+            harness.process_rows(rights, side=1)
+            expected = Counter(row for _, row in harness.output)
+        assert got == expected and sum(got.values()) == 6
