@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import pyarrow as pa
 
-from operators._fk_stages import FK, HASH, ResultStage, SubscriptionStage
+from operators._fk_stages import FK, HASH, RESPONSE_SEQUENCE, ResultStage, SubscriptionStage
+from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators.errors import InputError
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from operators._runner import QueryOptions, RelstateQuery
     from operators._sinks import BatchSink
 
-__all__ = ["FkJoin", "Joiner", "left_row_hash", "run_fk_join"]
+__all__ = ["FkJoin", "Joiner", "left_row_hash", "prepared", "run_fk_join"]
 
 #: ``(left_row, right_row or None) -> output row``.
 Joiner = Callable[[tuple[Any, ...], tuple[Any, ...] | None], Sequence[Any]]
@@ -193,8 +194,20 @@ class FkJoin:
         """Add the join's two stages to ``pipeline``: ``left`` carries prepared
         left rows (:meth:`prepare_left`), ``right`` the right table's rows.
         Returns the stream of the join's upsert changelog."""
-        subscriptions = SubscriptionStage(self)
-        results = ResultStage(self)
+        return self.wire(pipeline, left, right, SubscriptionStage(self), ResultStage(self))
+
+    def wire(
+        self,
+        pipeline: Pipeline,
+        left: Stream,
+        right: Stream,
+        subscriptions: Operator,
+        results: Operator,
+    ) -> Stream:
+        """The join's two stages, partitioned and ordered as :meth:`add_to`
+        adds them, with ``subscriptions`` and ``results`` in their places:
+        the join's own stages, or (the bench) operators with their inputs and
+        outputs that do nothing."""
         responses = pipeline.stage(
             subscriptions,
             left,
@@ -205,12 +218,26 @@ class FkJoin:
         return pipeline.stage(
             results,
             left,
-            responses.ordered_by(subscriptions.response_sequence),
+            responses.ordered_by(RESPONSE_SEQUENCE),
             keys=list(self.left_key),
             # The left rows, then the responses: a result is resolved at the
             # end of the batch, so their interleaving does not matter.
             sides_in_turn=True,
         )
+
+
+def prepared(left: DataFrame, join: FkJoin) -> DataFrame:
+    """The left changelog with its rows prepared (:meth:`FkJoin.prepare_left`)
+    in Spark's Python workers."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    schema = join.prepared_schema(to_arrow_schema(left.schema))
+
+    def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield join.prepare_left(batch)
+
+    return left.mapInArrow(prepare, from_arrow_schema(schema))
 
 
 def run_fk_join(
@@ -232,17 +259,8 @@ def run_fk_join(
     :class:`~operators.QueryOptions`; the other arguments are
     :func:`operators.run_operator`'s.
     """
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-    schema = join.prepared_schema(to_arrow_schema(left.schema))
-
-    def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield join.prepare_left(batch)
-
-    prepared = left.mapInArrow(prepare, from_arrow_schema(schema))
     pipeline = Pipeline()
-    left_stream = pipeline.source(prepared, "left", sequence=join.sequence_column)
+    left_stream = pipeline.source(prepared(left, join), "left", sequence=join.sequence_column)
     right_stream = pipeline.source(right, "right", sequence=join.sequence_column)
     output = join.add_to(pipeline, left_stream, right_stream)
     return pipeline.start(output, sink, checkpoint, partitions, **options)

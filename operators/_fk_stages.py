@@ -20,12 +20,14 @@ from operators.join._metrics import UNKNOWN_RETRACTIONS
 if TYPE_CHECKING:
     from operators._fk_join import FkJoin
 
-__all__ = ["FK", "HASH", "ResultStage", "SubscriptionStage"]
+__all__ = ["FK", "HASH", "RESPONSE_SEQUENCE", "ResultStage", "SubscriptionStage"]
 
 #: The prepared left row's foreign key and the hash of the row.
 FK = "__fk"
 HASH = "__hash"
 _SEQ = "__seq"
+#: The subscription stage's output column that orders its responses.
+RESPONSE_SEQUENCE = _SEQ
 _ORDER = "__order"
 _RIGHT = "__right_"
 _EMITTED = "__emitted"
@@ -70,8 +72,6 @@ class SubscriptionStage(Operator):
                 pa.field(_ORDER, pa.int64(), nullable=False),
             ]
         )
-        #: The output column that orders responses.
-        self.response_sequence = _SEQ
         subscription = pa.schema([pa.field(FK, join.fk_type, nullable=False), *keys, digest])
         self.tables = [
             TableSchema(1, join.right, [join.right_key], name="right"),

@@ -18,7 +18,9 @@ batch (two stages, each a shuffle into Python, a store opened and committed
 per task) against one Spark-alone floor on the same files: Spark's
 micro-batch with ``foreachBatch``, the batch shuffled by key into
 ``mapInArrow``, which only counts the rows. The goal is at most 1.5 floors,
-so that comparison's baseline is 1.5 times the floor.
+so that comparison's baseline is 1.5 times the floor. A reading runs the
+same two stages through the runner with operators that keep and emit
+nothing: the least the join's fixed cost could be.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from operators._bench.versus import Comparison, SuiteResult, runs, spark_floor
-from operators._fk_join import FkJoin, run_fk_join
+from operators._bench.versus import Comparison, Discard, SuiteResult, runs, spark_floor
+from operators._fk_join import FkJoin, prepared, run_fk_join
+from operators._fk_stages import ResultStage, SubscriptionStage
+from operators._pipeline import Pipeline
 from operators._sinks import ParquetSink
 from operators.demo import write_batches
 
@@ -85,8 +89,10 @@ class _Times:
     load: float
     relstate: list[float]
     baseline: list[float]
-    #: Each change batch's Spark-alone floor, where it was measured.
+    #: Each change batch's Spark-alone floor, and the two stages doing
+    #: nothing, where they were measured.
     floor: list[float] | None = None
+    alone: list[float] | None = None
 
 
 _FULL = _Plan(
@@ -194,6 +200,31 @@ def _relstate(
     return _batch_times(started, sink.finished)
 
 
+def _stages_alone(spark: SparkSession, root: Path, join: FkJoin, partitions: int) -> list[float]:
+    """Each change batch's time through the runner with the join's two
+    stages in place, partitioned and ordered as the join's, but operators
+    that keep and emit nothing (:class:`Discard`): what the two stages cost
+    before any work, the most the join's fixed cost can come down to."""
+    left, right = _streams(spark, root)
+    pipeline = Pipeline()
+    sides = (
+        pipeline.source(prepared(left, join), "left", sequence=join.sequence_column),
+        pipeline.source(right, "right", sequence=join.sequence_column),
+    )
+    nothing = [
+        Discard(s.inputs, s.output, f"{s.name}-alone")
+        for s in (SubscriptionStage(join), ResultStage(join))
+    ]
+    output = join.wire(pipeline, *sides, *nothing)
+    sink = _TimingSink(root / "alone")
+    started = time.perf_counter()
+    query = pipeline.start(
+        output, sink, str(root / "alone-ck"), partitions, trigger={"availableNow": True}
+    )
+    query.awaitTermination()
+    return _batch_times(started, sink.finished)[1]
+
+
 def _as_it_stands(changes: DataFrame, order: str) -> DataFrame:
     """A table as an upsert changelog keyed by its first column leaves it:
     the newest row per key by ``order``, deletes dropped."""
@@ -267,7 +298,10 @@ def _measure(
     if not floor:
         return _Times(load, ours, theirs)
     progress("Spark alone")
-    return _Times(load, ours, theirs, _spark_floor(spark, root, point.partitions))
+    spark_alone = _spark_floor(spark, root, point.partitions)
+    progress("the two stages alone")
+    alone = _stages_alone(spark, root, join, point.partitions)
+    return _Times(load, ours, theirs, spark_alone, alone)
 
 
 def _scaled(scale: int) -> _Plan:
@@ -315,9 +349,18 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         goal = 1.0 if n >= 100_000 and not sweep else None
         relstate, baseline = sum(t.relstate) / len(t.relstate), sum(t.baseline) / len(t.baseline)
         comparisons.append(Comparison(name, changes, relstate, baseline, BASELINE, goal))
-        if sweep and t.floor is not None:
+        if sweep and t.floor is not None and t.alone is not None:
             floor = sum(t.floor) / len(t.floor)
+            alone = sum(t.alone) / len(t.alone)
             readings.append((f"{what}: Spark alone per batch", runs(t.floor)))
+            readings.append((f"{what}: the two stages alone per batch", runs(t.alone)))
+            readings.append(
+                (
+                    f"{what}: fixed cost, in Spark-alone floors",
+                    f"the join {relstate / floor:.2f}; the two stages doing nothing "
+                    f"{alone / floor:.2f} (the least the join's could be; goal {FLOORS})",
+                )
+            )
             comparisons.append(
                 Comparison(
                     f"fixed cost: {n:,} left rows, {changes:,} changes per batch",

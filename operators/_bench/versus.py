@@ -150,11 +150,12 @@ class Discard(Operator):
     (reading the files, the shuffle, Arrow to Python, opening and committing
     the store, Spark's micro-batch)."""
 
-    name = "discard"
-
-    def __init__(self, inputs: Sequence[pa.Schema], output: pa.Schema) -> None:
+    def __init__(
+        self, inputs: Sequence[pa.Schema], output: pa.Schema, name: str = "discard"
+    ) -> None:
         self.inputs = list(inputs)
         self.output = output
+        self.name = name
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Nothing: the rows only pass through the runner."""
