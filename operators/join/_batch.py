@@ -9,7 +9,8 @@ touch at once (one multi-get of the own side's rows, one ``scan_ranges`` of
 the other side's join keys, or, when the keys are many for the table, the
 whole table once) into :class:`HeldSide`: per side, identity -> record and
 join key -> its records in key order, keyed by Python tuples, as a join on
-plain dicts keeps them. The emit rules run over those records in memory, the
+plain dicts keeps them (a table read whole makes a join key's records when
+the rules first ask for it). The emit rules run over those records in memory, the
 same rules as record at a time (the held side answers the calls a state
 view answers); at the end of the input batch each record written gets its
 net change, in one batch write per kind. What was read stays for the next
@@ -118,6 +119,10 @@ class HeldSide:
         self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
+        #: Join keys of a table read whole whose records are not made yet,
+        #: each with its run of rows in :attr:`_deferred` (:meth:`_defer`).
+        self.pending: dict[Row, tuple[int, int]] = {}
+        self._deferred: tuple[list[Row], list[Any] | None, list[Any] | None] = ([], None, None)
         #: Records written since the last flush.
         self.written: set[Record] = set()
         #: The last row :meth:`find` looked for, and its identity.
@@ -243,11 +248,16 @@ class HeldSide:
                 under.append(record)
 
     def load_all(self) -> None:
-        """Read the whole table (one scan, decoded once)."""
+        """Read the whole table (one scan, decoded once). On a :attr:`plain`
+        side that holds nothing yet, a join key's records are made when the
+        rules first ask for it (:meth:`_defer`)."""
         if self.complete:
             return
-        records, join_keys = self._hold(self.table.scan_batch())
         self.complete = True
+        if self.plain and not self.by_identity and not self.by_join_key:
+            self._defer(self.table.scan_batch())
+            return
+        records, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
             return
         self.unsorted.clear()
@@ -261,6 +271,55 @@ class HeldSide:
                 found[key] = [record]
             else:
                 under.append(record)
+
+    def _defer(self, stored_rows: pa.RecordBatch) -> None:
+        """Keep the rows of the whole table as tuples and each join key's
+        run of them (a scan comes in key order, the join key first), and
+        make no record: a micro-batch touches a few of a table's join keys,
+        and every record made is a Python object the garbage collector
+        walks for as long as it is held."""
+        if not stored_rows.num_rows:
+            return
+        view = self.view
+        columns = [c.to_pylist() for c in stored_rows.columns]
+        at = view.counts_at
+        self._deferred = (
+            list(zip(*columns[: view.width], strict=True)),
+            None if at[0] is None else columns[at[0]],
+            None if at[1] is None else columns[at[1]],
+        )
+        indices = view.join_key_indices
+        one = len(indices) == 1
+        # One value per row for a one-column join key: a tuple only per run.
+        values: Iterable[Any] = (
+            columns[indices[0]] if one else zip(*[columns[i] for i in indices], strict=True)
+        )
+        runs = self.pending
+        start = 0
+        last: Any = None
+        value: Any
+        for i, value in enumerate(values):
+            if i and value != last:
+                runs[(last,) if one else last] = (start, i)
+                start = i
+            last = value
+        runs[(last,) if one else last] = (start, stored_rows.num_rows)
+
+    def take(self, join_key: Row) -> list[Record]:
+        """The records of a pending join key (:attr:`pending`), made now and
+        held under it and their identities, in key order."""
+        start, stop = self.pending.pop(join_key)
+        rows, appearances, associations = self._deferred
+        stored_row, identity, held = self.view.stored_row, self.identity, self.by_identity
+        records = []
+        for i in range(start, stop):
+            row = rows[i]
+            a = 1 if appearances is None else appearances[i]
+            c = -1 if associations is None else associations[i]
+            record = held[identity(row)] = Record(row, a, c, stored_row(row, a, c))
+            records.append(record)
+        self.by_join_key[join_key] = records
+        return records
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -288,6 +347,10 @@ class HeldSide:
 
     def find(self, ctx: OperatorContext, row: Row) -> Record | None:
         """The record in the side with ``row``'s identity."""
+        if self.pending:
+            join_key = self.join_key(row)
+            if join_key in self.pending:
+                self.take(join_key)
         key = self.identity(row)
         # The rules add the row they found nothing for next: its identity
         # is then at hand.
@@ -302,6 +365,8 @@ class HeldSide:
         if self.one_per_join_key:
             record = self.by_identity.get(join_key)
             return [record] if record is not None and record.appearances else []
+        if join_key in self.pending:
+            return self.take(join_key)
         under = self.by_join_key.get(join_key)
         if under is None:
             return []  # the table is held whole, and has none

@@ -246,22 +246,25 @@ class StreamingJoin(Operator):
         out_kinds: list[RowKind] = []
         emit, emit_kind = out.append, out_kinds.append
         unknown = side_metric(own.name, UNKNOWN_RETRACTIONS)
+        own_pending, their_pending = own.pending, theirs.pending
         for kind, row in zip(kinds, rows, strict=True):
+            key = join_key(row)
             # find
             if own_plain:
+                if own_pending and key in own_pending:
+                    own.take(key)
                 identity_key = identity(row)
                 record = find_record(identity_key)
                 found = record if record is not None and record.appearances else None
             else:
                 found = own.find(ctx, row)
             # records
-            key = join_key(row)
             if not null_safe and None in key:
                 matches: list[Record] = []
             elif their_plain:
                 under = their_under(key)
                 if under is None:
-                    matches = []
+                    matches = theirs.take(key) if key in their_pending else []
                 elif key in their_unsorted:
                     matches = theirs.records(ctx, key)
                 else:
