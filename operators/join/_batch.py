@@ -9,7 +9,8 @@ touch at once (one multi-get of the own side's rows, one ``scan_ranges`` of
 the other side's join keys, or, when the keys are many for the table, the
 whole table once) into :class:`HeldSide`: per side, identity -> record and
 join key -> its records in key order, keyed by Python tuples, as a join on
-plain dicts keeps them. The emit rules run over those records in memory, the
+plain dicts keeps them (a table read whole makes a join key's records when
+the rules first ask for it). The emit rules run over those records in memory, the
 same rules as record at a time (the held side answers the calls a state
 view answers); at the end of the input batch each record written gets its
 net change, in one batch write per kind. What was read stays for the next
@@ -106,20 +107,29 @@ class HeldSide:
         floats = any(pa.types.is_floating(columns.field(i).type) for i in view.identity_indices)
         self.identity: Callable[[Sequence[Any]], Row] = _getter(view.identity_indices, floats)
         self.join_key: Callable[[Sequence[Any]], Row] = _getter(view.join_key_indices, floats)
-        self._floats = floats
+        #: A key column is a float: held keys fold its NaNs into one value.
+        self.floats = floats
+        #: Held keys are the rows' key values as they are, and a join key
+        #: may have many rows: what the condition-free batch loop of
+        #: StreamingJoin reads and writes in place.
+        self.plain = not floats and not self.one_per_join_key
         self.by_identity: dict[Row, Record] = {}
         self.by_join_key: dict[Row, list[Record]] = {}
         #: Join keys whose list took a record at its end since it was sorted.
-        self._unsorted: set[Row] = set()
+        self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
+        #: Join keys of a table read whole whose records are not made yet,
+        #: each with its run of rows in :attr:`_deferred` (:meth:`_defer`).
+        self.pending: dict[Row, tuple[int, int]] = {}
+        self._deferred: tuple[list[Row], list[Any] | None, list[Any] | None] = ([], None, None)
         #: Records written since the last flush.
-        self._written: set[Record] = set()
+        self.written: set[Record] = set()
         #: The last row :meth:`find` looked for, and its identity.
         self._found: tuple[Row, Row] = ((), ())
-        # The operations as issued (the table's metrics) and the view's
-        # counters, as record at a time counts them.
-        self._inserted = self._updated = self._deleted = 0
+        #: The operations as issued since the last flush (the table's
+        #: metrics) and the view's counters, as record at a time counts them.
+        self.inserted = self.updated = self.deleted = 0
         self._seen = self._signature()
 
     def _signature(self) -> tuple[int, ...]:
@@ -135,7 +145,7 @@ class HeldSide:
 
     def _held_key(self, join_key: Row) -> Row:
         """A join key as the held maps key it."""
-        return _one_nan(join_key) if self._floats else join_key
+        return _one_nan(join_key) if self.floats else join_key
 
     # -- bulk reads -----------------------------------------------------------------
 
@@ -153,7 +163,7 @@ class HeldSide:
         at = view.counts_at
         appearances = repeat(1) if at[0] is None else columns[at[0]]
         associations = repeat(-1) if at[1] is None else columns[at[1]]
-        if self._floats:
+        if self.floats:
             keys = list(map(self.identity, rows))
             join_keys = list(map(self.join_key, rows))
         else:
@@ -238,14 +248,19 @@ class HeldSide:
                 under.append(record)
 
     def load_all(self) -> None:
-        """Read the whole table (one scan, decoded once)."""
+        """Read the whole table (one scan, decoded once). On a :attr:`plain`
+        side that holds nothing yet, a join key's records are made when the
+        rules first ask for it (:meth:`_defer`)."""
         if self.complete:
             return
-        records, join_keys = self._hold(self.table.scan_batch())
         self.complete = True
+        if self.plain and not self.by_identity and not self.by_join_key:
+            self._defer(self.table.scan_batch())
+            return
+        records, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
             return
-        self._unsorted.clear()
+        self.unsorted.clear()
         # A scan comes in key order, the join key first: a join key's
         # records are in a run, in order.
         found: dict[Row, list[Record]] = {}
@@ -256,6 +271,55 @@ class HeldSide:
                 found[key] = [record]
             else:
                 under.append(record)
+
+    def _defer(self, stored_rows: pa.RecordBatch) -> None:
+        """Keep the rows of the whole table as tuples and each join key's
+        run of them (a scan comes in key order, the join key first), and
+        make no record: a micro-batch touches a few of a table's join keys,
+        and every record made is a Python object the garbage collector
+        walks for as long as it is held."""
+        if not stored_rows.num_rows:
+            return
+        view = self.view
+        columns = [c.to_pylist() for c in stored_rows.columns]
+        at = view.counts_at
+        self._deferred = (
+            list(zip(*columns[: view.width], strict=True)),
+            None if at[0] is None else columns[at[0]],
+            None if at[1] is None else columns[at[1]],
+        )
+        indices = view.join_key_indices
+        one = len(indices) == 1
+        # One value per row for a one-column join key: a tuple only per run.
+        values: Iterable[Any] = (
+            columns[indices[0]] if one else zip(*[columns[i] for i in indices], strict=True)
+        )
+        runs = self.pending
+        start = 0
+        last: Any = None
+        value: Any
+        for i, value in enumerate(values):
+            if i and value != last:
+                runs[(last,) if one else last] = (start, i)
+                start = i
+            last = value
+        runs[(last,) if one else last] = (start, stored_rows.num_rows)
+
+    def take(self, join_key: Row) -> list[Record]:
+        """The records of a pending join key (:attr:`pending`), made now and
+        held under it and their identities, in key order."""
+        start, stop = self.pending.pop(join_key)
+        rows, appearances, associations = self._deferred
+        stored_row, identity, held = self.view.stored_row, self.identity, self.by_identity
+        records = []
+        for i in range(start, stop):
+            row = rows[i]
+            a = 1 if appearances is None else appearances[i]
+            c = -1 if associations is None else associations[i]
+            record = held[identity(row)] = Record(row, a, c, stored_row(row, a, c))
+            records.append(record)
+        self.by_join_key[join_key] = records
+        return records
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -283,6 +347,10 @@ class HeldSide:
 
     def find(self, ctx: OperatorContext, row: Row) -> Record | None:
         """The record in the side with ``row``'s identity."""
+        if self.pending:
+            join_key = self.join_key(row)
+            if join_key in self.pending:
+                self.take(join_key)
         key = self.identity(row)
         # The rules add the row they found nothing for next: its identity
         # is then at hand.
@@ -292,16 +360,18 @@ class HeldSide:
 
     def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
         """The records in the side with ``join_key``, in key order."""
-        if self._floats:
+        if self.floats:
             join_key = _one_nan(join_key)
         if self.one_per_join_key:
             record = self.by_identity.get(join_key)
             return [record] if record is not None and record.appearances else []
+        if join_key in self.pending:
+            return self.take(join_key)
         under = self.by_join_key.get(join_key)
         if under is None:
             return []  # the table is held whole, and has none
-        if join_key in self._unsorted:
-            self._unsorted.discard(join_key)
+        if join_key in self.unsorted:
+            self.unsorted.discard(join_key)
             encode, identity = self.table.keys.encode, self.view.identity
             under.sort(key=lambda r: encode(identity(r.row)))
         return under
@@ -319,14 +389,14 @@ class HeldSide:
             else:  # held, and gone from the side since
                 record.row, record.appearances, record.associations = row, 1, associations
             self._under_join_key(record)
-            self._inserted += 1
+            self.inserted += 1
         else:
             record = found
             record.row, record.associations = row, associations
             if not self.has_unique_key:
                 record.appearances += 1
-            self._updated += 1
-        self._written.add(record)
+            self.updated += 1
+        self.written.add(record)
 
     def _under_join_key(self, record: Record) -> None:
         """List a record back in the side under its join key, if that join
@@ -341,27 +411,27 @@ class HeldSide:
             under = self.by_join_key[key] = []
         under.append(record)
         if len(under) > 1:
-            self._unsorted.add(key)
+            self.unsorted.add(key)
 
     def retract(self, ctx: OperatorContext, found: Record) -> None:
         """Remove one appearance of a record."""
         if found.appearances > 1:
             found.appearances -= 1
-            self._updated += 1
+            self.updated += 1
         else:
             found.appearances = 0
-            self._deleted += 1
+            self.deleted += 1
             if not self.one_per_join_key:
                 under = self.by_join_key.get(self.join_key(found.row))
                 if under is not None:
                     under.remove(found)
-        self._written.add(found)
+        self.written.add(found)
 
     def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
         """A new number of associations for an outer side's record."""
         record.associations = associations
-        self._updated += 1
-        self._written.add(record)
+        self.updated += 1
+        self.written.add(record)
 
     # -- the write --------------------------------------------------------------------
 
@@ -372,7 +442,7 @@ class HeldSide:
         updates: list[Row] = []
         deletes: list[Row] = []
         stored_row = self.view.stored_row
-        for record in self._written:
+        for record in self.written:
             old = record.stored
             now = (
                 stored_row(record.row, record.appearances, record.associations)
@@ -397,12 +467,12 @@ class HeldSide:
         if inserts:
             table.insert_batch(_batch(columns, inserts))
         metrics = table.metrics
-        metrics.inserted += self._inserted - len(inserts)
-        metrics.updated += self._updated - len(updates)
-        metrics.deleted += self._deleted - len(deletes)
-        self.view.count(ctx, self._inserted + self._updated, self._deleted)
-        self._inserted = self._updated = self._deleted = 0
-        self._written.clear()
+        metrics.inserted += self.inserted - len(inserts)
+        metrics.updated += self.updated - len(updates)
+        metrics.deleted += self.deleted - len(deletes)
+        self.view.count(ctx, self.inserted + self.updated, self.deleted)
+        self.inserted = self.updated = self.deleted = 0
+        self.written.clear()
         self._seen = self._signature()
 
 
