@@ -243,6 +243,9 @@ class Pipeline:
         )
         if len(nulls) != len(inputs):
             raise InputError(f"{label}: give drop_null_keys once or once per input")
+        for stream, cols in zip(inputs, key_lists, strict=True):
+            if stream.is_stage:
+                _check_upsert_partitions(label, self.stages[stream.index], cols)
         sequence = sequence or operator.sequence_column
         key_types: list[list[pa.DataType]] = []
         for side, (stream, declared, cols) in enumerate(
@@ -390,6 +393,21 @@ def _check_update_before(label: str, operator: Operator, upstream: Stage | None)
             f"{label} reads the output of stage {upstream.name!r}, an upsert stream keyed by "
             f"{list(key)} with no -U rows; {label} needs the -U before each +U to retract "
             f"the row it replaces: build {upstream.name!r} with update_before=True"
+        )
+
+
+def _check_upsert_partitions(label: str, upstream: Stage, keys: Sequence[str]) -> None:
+    """Refuse to partition an upsert stream by columns outside its key: the
+    rows of one key would reach different tasks, and a ``+U`` could not find
+    the row it replaces."""
+    key = upstream.operator.output_upsert_key
+    outside = [c for c in keys if key is not None and c not in key]
+    if outside:
+        raise InputError(
+            f"{label} reads the upsert stream of stage {upstream.name!r} (keyed by "
+            f"{list(key or ())}) partitioned by {outside}: each key's rows must reach one "
+            "task, so partition it by columns of its key, or build the stage with "
+            "update_before=True"
         )
 
 

@@ -99,6 +99,32 @@ class TestBuildErrors:
             keys=(),
         )
 
+    def test_upsert_stream_partitioned_off_its_key_is_refused(self) -> None:
+        """A stage that reads an upsert stream by its key must get every row
+        of one key in one task: partitioned by columns outside the upsert
+        key it is refused; by the key, a part of it, or keyless, accepted."""
+        pipeline = Pipeline()
+        schema = pa.schema([("key", pa.string()), ("region", pa.string()), ("value", pa.int64())])
+        stream = pipeline.source(schema, "s")
+        upsert = pipeline.stage(
+            GroupAggregate(
+                schema, ["key", "region"], [Aggregate.sum("value", "total")], update_before=False
+            ),
+            stream,
+            keys=["key"],
+        )
+        for name, keys in (("by_total", ["total"]), ("by_key_total", ["key", "total"])):
+            reader = _Lagging(name)
+            reader.inputs = [upsert.schema]
+            reader.needs_update_before = False
+            with pytest.raises(InputError, match=r"partitioned by \['total'\]"):
+                pipeline.stage(reader, upsert, keys=keys)
+        for name, keys in (("by_key", ["key"]), ("by_both", ["region", "key"]), ("one", [])):
+            reader = _Lagging(name)
+            reader.inputs = [upsert.schema]
+            reader.needs_update_before = False
+            pipeline.stage(reader, upsert, keys=keys)
+
     def test_arity_names_and_completeness(self) -> None:
         """Wrong input counts, a stage name used twice, an output that is not a
         stage or is given twice, and a source no stage reads are each refused."""
