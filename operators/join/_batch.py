@@ -110,8 +110,8 @@ class HeldSide:
         #: A key column is a float: held keys fold its NaNs into one value.
         self.floats = floats
         #: Held keys are the rows' key values as they are, and a join key
-        #: may have many rows: what the condition-free batch loop of
-        #: StreamingJoin reads and writes in place.
+        #: may have many rows: a table read whole can wait to make a join
+        #: key's records until they are asked for (:meth:`_defer`).
         self.plain = not floats and not self.one_per_join_key
         self.by_identity: dict[Row, Record] = {}
         self.by_join_key: dict[Row, list[Record]] = {}

@@ -46,7 +46,7 @@ __all__ = ["StreamingJoin"]
 Row = tuple[Any, ...]
 Condition = Callable[[Row, Row], bool]
 
-INS, DEL, UPA = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER
+INS, DEL = RowKind.INSERT, RowKind.DELETE
 
 #: When each side with a TTL is next swept for expired rows.
 _SWEEPS = TableSchema(
@@ -188,12 +188,9 @@ class StreamingJoin(Operator):
             theirs.load_join_key_rows(join_keys)
         else:
             theirs.load_join_keys(join_keys)
-        if self.condition is None:
-            self._held_rows(ctx, own, theirs, side, rows, row_kinds(batch))
-        else:
-            states = (own, theirs) if side == LEFT else (theirs, own)
-            for kind, row in zip(row_kinds(batch), rows, strict=True):
-                self._row(ctx, states, row, kind, side)
+        states = (own, theirs) if side == LEFT else (theirs, own)
+        for kind, row in zip(row_kinds(batch), rows, strict=True):
+            self._row(ctx, states, row, kind, side)
         own.flush(ctx)
         theirs.flush(ctx)
 
@@ -206,172 +203,6 @@ class StreamingJoin(Operator):
         if rows is None or not rows.current:
             rows = held[view.name] = HeldSide(view, ctx.table(view.name))
         return rows
-
-    def _held_rows(
-        self,
-        ctx: OperatorContext,
-        own: HeldSide,
-        theirs: HeldSide,
-        side: int,
-        rows: list[Row],
-        kinds: list[RowKind],
-    ) -> None:
-        """The emit rules of :meth:`_row` for every input row of a batch of
-        ``side``, over held rows, with no condition (every candidate is a
-        match): :meth:`_apply`, :meth:`_gain` and :meth:`_lose` written out
-        in one loop, with what they look up bound once; on a
-        :attr:`~operators.join._batch.HeldSide.plain` side, ``find``,
-        ``records``, ``add`` and ``retract`` too. The output is kept in two
-        lists handed to the context at once. An upsert goes through
-        :meth:`_replace`."""
-        left = side == LEFT
-        states = (own, theirs) if left else (theirs, own)
-        own_outer, their_outer = own.outer, theirs.outer
-        outer = own_outer or their_outer
-        own_unique, their_unique = own.has_unique_key, theirs.has_unique_key
-        pad, their_pad = self._nulls[1 - side], self._nulls[side]
-        join_key = self._join_key[side]
-        null_safe = self.null_safe
-        own_plain, their_plain = own.plain, theirs.plain
-        own_complete = own.complete
-        identity, by_identity = own.identity, own.by_identity
-        find_record = by_identity.get
-        own_by_join_key = own.by_join_key
-        own_under = own_by_join_key.get
-        own_unsorted = own.unsorted.add
-        own_written, their_written = own.written.add, theirs.written.add
-        their_under, their_unsorted = theirs.by_join_key.get, theirs.unsorted
-        inserted = updated = deleted = their_updated = 0
-        out: list[Row] = []
-        out_kinds: list[RowKind] = []
-        emit, emit_kind = out.append, out_kinds.append
-        unknown = side_metric(own.name, UNKNOWN_RETRACTIONS)
-        own_pending, their_pending = own.pending, theirs.pending
-        for kind, row in zip(kinds, rows, strict=True):
-            key = join_key(row)
-            # find
-            if own_plain:
-                if own_pending and key in own_pending:
-                    own.take(key)
-                identity_key = identity(row)
-                record = find_record(identity_key)
-                found = record if record is not None and record.appearances else None
-            else:
-                found = own.find(ctx, row)
-            # records
-            if not null_safe and None in key:
-                matches: list[Record] = []
-            elif their_plain:
-                under = their_under(key)
-                if under is None:
-                    matches = theirs.take(key) if key in their_pending else []
-                elif key in their_unsorted:
-                    matches = theirs.records(ctx, key)
-                else:
-                    matches = under
-            else:
-                matches = theirs.records(ctx, key)
-            accumulate = kind is INS or kind is UPA
-            if accumulate:
-                if found is not None and own_unique:
-                    ctx.emit_rows(out, out_kinds)
-                    out.clear()
-                    out_kinds.clear()
-                    self._replace(ctx, states, side, row, kind, found, matches)
-                    continue
-                padded = INS
-            else:
-                if found is None:
-                    ctx.count(unknown)
-                else:  # with a unique key, retract what is stored under it
-                    row = found.row
-                padded = DEL
-            joined = padded if outer else kind
-            if own_outer and not matches:
-                emit(row + pad if left else pad + row)
-                emit_kind(padded)
-            for m in matches:
-                m_row = m.row
-                pair = row + m_row if left else m_row + row
-                appearances = m.appearances
-                if their_outer:
-                    associations = m.associations
-                    m_pad = their_pad + m_row if left else m_row + their_pad
-                    if accumulate:
-                        for _ in range(appearances):
-                            if associations == 0:
-                                emit(m_pad)
-                                emit_kind(DEL)
-                            emit(pair)
-                            emit_kind(joined)
-                        m.associations = associations + 1
-                    else:
-                        if associations <= 0:
-                            continue
-                        for _ in range(appearances):
-                            emit(pair)
-                            emit_kind(joined)
-                            if associations == 1:
-                                emit(m_pad)
-                                emit_kind(INS)
-                        m.associations = associations - 1
-                    their_updated += 1
-                    their_written(m)
-                elif appearances == 1:
-                    emit(pair)
-                    emit_kind(joined)
-                else:
-                    for _ in range(appearances):
-                        emit(pair)
-                        emit_kind(joined)
-            if accumulate:
-                # Each match counts once per appearance (one, with a unique key).
-                associations = len(matches) if their_unique else sum(m.appearances for m in matches)
-                if not own_plain:
-                    own.add(ctx, row, found, associations)
-                elif found is None:
-                    if record is None:
-                        record = by_identity[identity_key] = Record(row, 1, associations, None)
-                    else:  # held, and gone from the side since
-                        record.row, record.appearances = row, 1
-                        record.associations = associations
-                    # Back under its join key, if that is held whole; sorted
-                    # when next read.
-                    under = own_under(key)
-                    if under is None:
-                        if own_complete:
-                            own_by_join_key[key] = [record]
-                    else:
-                        under.append(record)
-                        if len(under) > 1:
-                            own_unsorted(key)
-                    inserted += 1
-                    own_written(record)
-                else:
-                    found.row, found.associations = row, associations
-                    if not own_unique:
-                        found.appearances += 1
-                    updated += 1
-                    own_written(found)
-            elif found is not None:
-                if not own_plain:
-                    own.retract(ctx, found)
-                elif found.appearances > 1:
-                    found.appearances -= 1
-                    updated += 1
-                    own_written(found)
-                else:
-                    found.appearances = 0
-                    deleted += 1
-                    under = own_under(key)
-                    if under is not None:
-                        under.remove(found)
-                    own_written(found)
-        ctx.emit_rows(out, out_kinds)
-        own.inserted += inserted
-        own.updated += updated
-        own.deleted += deleted
-        theirs.updated += their_updated
 
     # -- one row ---------------------------------------------------------------------------
 
