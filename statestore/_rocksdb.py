@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import pyarrow.compute as pc
 import rocksdict
 
 from statestore._typing import WriteOp
+from statestore._writes import Writes
 from statestore.errors import (
     BackendClosedError,
     BackendError,
@@ -151,6 +154,19 @@ def _read_all(method: Any, lower: bytes, upper: bytes | None, path: str) -> list
         return list(method(from_key=lower, read_opt=read_opts))
 
 
+def _add_distinct(batch: rocksdict.WriteBatch, ops: Writes) -> None:
+    """Add ``ops`` (no key twice) to ``batch``: the deletes, then the puts,
+    each in one call that loops in C (no key twice, so the order between a
+    delete and a put does not matter; each part keeps the batch's order)."""
+    keys, values = ops.keys, ops.values
+    if values.null_count:
+        deleted = values.is_null()
+        deque(map(batch.delete, keys.filter(deleted).to_pylist()), maxlen=0)
+        kept = pc.invert(deleted)
+        keys, values = keys.filter(kept), values.filter(kept)
+    deque(map(batch.put, keys.to_pylist(), values.to_pylist()), maxlen=0)
+
+
 class RocksDBBackend:
     """A :class:`~statestore.KVBackend` on a local RocksDB directory."""
 
@@ -209,11 +225,14 @@ class RocksDBBackend:
         batch = rocksdict.WriteBatch(raw_mode=True)
         for start, end in range_deletes:
             batch.delete_range(start, end)
-        for key, value in ops:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        if isinstance(ops, Writes) and ops.distinct:
+            _add_distinct(batch, ops)
+        else:
+            for key, value in ops:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
         with _wrapped("write", self.path):
             db.write(batch, self._write_opts)
 

@@ -665,16 +665,25 @@ class StateTable:
         A state store calls this for each of its tables and writes all of them in
         one batch; :meth:`commit` does it for this table alone.
         """
+        self.check_epoch(epoch)
+        writes = self._epoch_writes()
+        meta_key, meta_value = self._meta_write(epoch)
+        writes.keys.append(meta_key)
+        writes.values.append(meta_value)
+        return writes
+
+    def check_epoch(self, epoch: int) -> None:
+        """Raise :class:`EpochError` unless ``epoch`` may be committed next."""
         if epoch <= self._last_epoch:
             raise EpochError(
                 f"table {self.schema.name!r}: epoch {epoch} is not above the last "
                 f"committed epoch {self._last_epoch}; epochs must increase"
             )
-        writes = self._epoch_writes()
+
+    def _meta_write(self, epoch: int) -> tuple[bytes, bytes]:
+        """The write of the metadata row that commits ``epoch``."""
         rows = self.metrics.committed_rows + self._pending_delta()
-        writes.keys.append(self._meta_key)
-        writes.values.append(_META.pack(epoch, rows))
-        return writes
+        return self._meta_key, _META.pack(epoch, rows)
 
     def _epoch_writes(self) -> TableWrites:
         """The MemTable's writes and range deletes, squared with storage first
@@ -845,22 +854,33 @@ def prepare_tables(
     """Every table's commit writes for ``epoch`` as one batch, in key order, and
     the rows updated and removed (Spark's numUpdatedStateRows /
     numRemovedStateRows): what a state store writes, in memory or in RocksDB."""
-    keys: list[bytes] = []
-    values: list[bytes | None] = []
+    parts: list[Writes] = []
+    meta_keys: list[bytes] = []
+    meta_values: list[bytes | None] = []
     ranges: list[tuple[bytes, bytes]] = []
     updated = removed = 0
+    # In key order RocksDB takes a batch several times faster (its
+    # MemTable inserts find their place near the last one), and so does a
+    # replay of the changelog. A table's keys all start with its id, so the
+    # tables are sorted each on its own (their keys, mostly of one width,
+    # sort fastest so) and laid one after another by id; the metadata rows,
+    # under the one id above every table's, come last.
+    tables = list(tables)
     for table in tables:
-        writes = table.prepare_commit(epoch)
-        keys += writes.keys
-        values += writes.values
+        table.check_epoch(epoch)
+    for table in sorted(tables, key=lambda t: t.schema.table_id):
+        writes = table._epoch_writes()
+        meta_key, meta_value = table._meta_write(epoch)
+        meta_keys.append(meta_key)
+        meta_values.append(meta_value)
+        if writes.keys:
+            parts.append(writes.in_key_order())
         ranges += writes.range_deletes
         m = table.metrics
         updated += m.inserted + m.updated
         removed += m.deleted + m.removed_by_range
-    # In key order RocksDB takes a batch several times faster (its
-    # MemTable inserts find their place near the last one), and so does a
-    # replay of the changelog. Keys are distinct, tables' ids apart.
-    return Writes.in_key_order(keys, values), ranges, updated, removed
+    parts.append(Writes.in_key_order(meta_keys, meta_values))
+    return Writes.concat(parts, distinct=True), ranges, updated, removed
 
 
 class TableWrites(NamedTuple):
