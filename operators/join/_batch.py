@@ -22,7 +22,6 @@ order, so the output is the same row for row.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ import pyarrow as pa
 
 from encoding import key_equal_values
 from operators._operator import OperatorContext
-from operators.join._views import JoinStateView, Record, ViewKind, values_at
+from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
 
 __all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "HeldSide", "read_whole"]
@@ -83,17 +82,21 @@ def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], R
 class HeldSide:
     """One side's rows that the micro-batch read, held for its input batches.
 
-    ``by_identity`` maps each identity read (join key and unique key, or the
-    whole row) to its record: the row, its appearances (0: not in the side
-    any more) and associations, and ``stored``, the row as the state table
-    holds it since the last :meth:`flush`. ``by_join_key`` maps each join key
-    read whole to its records in the side, in key order. It answers the
-    calls of :class:`~operators.join._views.JoinStateView` that the emit
-    rules make (``find``, ``records``, ``add``, ``retract``,
-    ``set_associations``) with no call into the table; every identity and
-    join key an input batch asks for must have been read first
-    (:meth:`load_identities`, :meth:`load_join_keys`,
-    :meth:`load_join_key_rows`, :meth:`load_all`).
+    The rows are held as parallel lists, and a row is its index in them
+    (the handle the emit rules get, :class:`~operators.join._views.SideRows`):
+    its input row (:attr:`row`), appearances (0: not in the side any more)
+    and associations. A micro-batch holds tens of thousands of rows; as
+    indices they are no Python object each for the garbage collector to walk
+    (a record per row, and a list per join key, cost the batch path more in
+    collections than in the rules). ``by_identity`` maps each identity read
+    (join key and unique key, or the whole row) to its row; ``by_join_key``
+    maps each join key read whole to its rows in the side, in key order, as
+    a tuple of indices. It answers the calls of
+    :class:`~operators.join._views.JoinStateView` that the emit rules make
+    (``find``, ``records``, ``add``, ``retract``, ``set_associations``)
+    with no call into the table; every identity and join key an input batch
+    asks for must have been read first (:meth:`load_identities`,
+    :meth:`load_join_keys`, :meth:`load_join_key_rows`, :meth:`load_all`).
     """
 
     def __init__(self, view: JoinStateView, table: StateTable) -> None:
@@ -110,21 +113,29 @@ class HeldSide:
         #: A key column is a float: held keys fold its NaNs into one value.
         self.floats = floats
         #: Held keys are the rows' key values as they are, and a join key
-        #: may have many rows: a table read whole can wait to make a join
-        #: key's records until they are asked for (:meth:`_defer`).
+        #: may have many rows: a table read whole can wait to list a join
+        #: key's rows until they are asked for (:meth:`_defer`).
         self.plain = not floats and not self.one_per_join_key
-        self.by_identity: dict[Row, Record] = {}
-        self.by_join_key: dict[Row, list[Record]] = {}
-        #: Join keys whose list took a record at its end since it was sorted.
+        # The held rows, one index each; only ever changed in place, as
+        # the handles' getters below are bound to them.
+        self._rows: list[Row] = []
+        self._appearances: list[int] = []
+        self._associations: list[int] = []
+        self.row: Callable[[int], Row] = self._rows.__getitem__
+        self.appearances: Callable[[int], int] = self._appearances.__getitem__
+        self.associations: Callable[[int], int] = self._associations.__getitem__
+        self.by_identity: dict[Row, int] = {}
+        self.by_join_key: dict[Row, tuple[int, ...]] = {}
+        #: Join keys whose rows took a row at their end since sorted.
         self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
-        #: Join keys of a table read whole whose records are not made yet,
-        #: each with its run of rows in :attr:`_deferred` (:meth:`_defer`).
+        #: Join keys of a table read whole whose rows are not listed yet,
+        #: each with its run of indices (:meth:`_defer`).
         self.pending: dict[Row, tuple[int, int]] = {}
-        self._deferred: tuple[list[Row], list[Any] | None, list[Any] | None] = ([], None, None)
-        #: Records written since the last flush.
-        self.written: set[Record] = set()
+        #: The rows written since the last flush, each with its row as the
+        #: state table holds it (``None``: it does not).
+        self.written: dict[int, Row | None] = {}
         #: The last row :meth:`find` looked for, and its identity.
         self._found: tuple[Row, Row] = ((), ())
         #: The operations as issued since the last flush (the table's
@@ -149,34 +160,53 @@ class HeldSide:
 
     # -- bulk reads -----------------------------------------------------------------
 
-    def _hold(self, stored_rows: pa.RecordBatch) -> tuple[list[Record], list[Row]]:
-        """The records of the table rows ``stored_rows`` and their join keys:
-        the records held already (the same, as nothing else wrote the
-        table), else new ones. Column at a time, not row at a time."""
-        n = stored_rows.num_rows
-        if not n:
+    def _columns(self, stored_rows: pa.RecordBatch) -> tuple[list[list[Any]], list[Row]]:
+        """The columns of the table rows ``stored_rows`` as Python lists, and
+        their input rows."""
+        columns = [c.to_pylist() for c in stored_rows.columns]
+        rows: list[Row] = list(zip(*columns[: self.view.width], strict=True))
+        return columns, rows
+
+    def _extend(self, columns: list[list[Any]], rows: list[Row]) -> None:
+        """Hold ``rows`` (with their counts in ``columns``) at the next indices."""
+        n = len(rows)
+        at = self.view.counts_at
+        self._rows.extend(rows)
+        self._appearances.extend([1] * n if at[0] is None else columns[at[0]])
+        self._associations.extend([-1] * n if at[1] is None else columns[at[1]])
+
+    def _hold(self, stored_rows: pa.RecordBatch) -> tuple[list[int], list[Row]]:
+        """The rows of the table rows ``stored_rows`` and their join keys:
+        those held already (the same, as nothing else wrote the table),
+        else held now. Column at a time, not row at a time."""
+        if not stored_rows.num_rows:
             return [], []
         view = self.view
-        columns = [c.to_pylist() for c in stored_rows.columns]
-        rows: list[Row] = list(zip(*columns[: view.width], strict=True))
-        stored = list(zip(*columns, strict=True)) if len(columns) > view.width else rows
-        at = view.counts_at
-        appearances = repeat(1) if at[0] is None else columns[at[0]]
-        associations = repeat(-1) if at[1] is None else columns[at[1]]
+        columns, rows = self._columns(stored_rows)
         if self.floats:
             keys = list(map(self.identity, rows))
             join_keys = list(map(self.join_key, rows))
         else:
             keys = list(zip(*[columns[i] for i in view.identity_indices], strict=True))
             join_keys = list(zip(*[columns[i] for i in view.join_key_indices], strict=True))
-        read = dict(zip(keys, map(Record, rows, appearances, associations, stored), strict=False))
         held = self.by_identity
         if not held:
-            self.by_identity = held = read
+            start = len(self._rows)
+            self._extend(columns, rows)
+            held.update(zip(keys, range(start, start + len(rows)), strict=True))
         else:
-            setdefault = held.setdefault
-            for key, record in read.items():
-                setdefault(key, record)
+            at = view.counts_at
+            held_rows, appearances, associations = (
+                self._rows,
+                self._appearances,
+                self._associations,
+            )
+            for i, key in enumerate(keys):
+                if key not in held:
+                    held[key] = len(held_rows)
+                    held_rows.append(rows[i])
+                    appearances.append(1 if at[0] is None else columns[at[0]][i])
+                    associations.append(-1 if at[1] is None else columns[at[1]][i])
         return list(map(held.__getitem__, keys)), join_keys
 
     def load_identities(self, rows: Sequence[Row], batch: pa.RecordBatch) -> None:
@@ -237,19 +267,18 @@ class HeldSide:
             stored_rows = self._only(table.scan_batch(), values)
         else:
             stored_rows = table.scan_ranges((k, None, None) for k in values)
-        found = self.by_join_key
-        for key in wanted:
-            found[key] = []
+        found: dict[Row, list[int]] = {key: [] for key in wanted}
         # Each scan comes in key order: appending keeps a list in order.
-        records, keys = self._hold(stored_rows)
-        for key, record in zip(keys, records, strict=True):
+        indices, keys = self._hold(stored_rows)
+        for key, i in zip(keys, indices, strict=True):
             under = found.get(key)
             if under is not None:  # else equal in Arrow, not in the key bytes
-                under.append(record)
+                under.append(i)
+        self.by_join_key.update((key, tuple(under)) for key, under in found.items())
 
     def load_all(self) -> None:
         """Read the whole table (one scan, decoded once). On a :attr:`plain`
-        side that holds nothing yet, a join key's records are made when the
+        side that holds nothing yet, a join key's rows are listed when the
         rules first ask for it (:meth:`_defer`)."""
         if self.complete:
             return
@@ -257,38 +286,31 @@ class HeldSide:
         if self.plain and not self.by_identity and not self.by_join_key:
             self._defer(self.table.scan_batch())
             return
-        records, join_keys = self._hold(self.table.scan_batch())
+        indices, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
             return
         self.unsorted.clear()
         # A scan comes in key order, the join key first: a join key's
-        # records are in a run, in order.
-        found: dict[Row, list[Record]] = {}
-        self.by_join_key = found
-        for key, record in zip(join_keys, records, strict=True):
+        # rows are in a run, in order.
+        found: dict[Row, list[int]] = {}
+        for key, i in zip(join_keys, indices, strict=True):
             under = found.get(key)
             if under is None:
-                found[key] = [record]
+                found[key] = [i]
             else:
-                under.append(record)
+                under.append(i)
+        self.by_join_key = {key: tuple(under) for key, under in found.items()}
 
     def _defer(self, stored_rows: pa.RecordBatch) -> None:
-        """Keep the rows of the whole table as tuples and each join key's
-        run of them (a scan comes in key order, the join key first), and
-        make no record: a micro-batch touches a few of a table's join keys,
-        and every record made is a Python object the garbage collector
-        walks for as long as it is held."""
+        """Hold the rows of the whole table, and each join key's run of
+        them (a scan comes in key order, the join key first), but map no
+        identity and list no join key yet: a micro-batch touches a few of
+        a table's join keys (:meth:`take`)."""
         if not stored_rows.num_rows:
             return
-        view = self.view
-        columns = [c.to_pylist() for c in stored_rows.columns]
-        at = view.counts_at
-        self._deferred = (
-            list(zip(*columns[: view.width], strict=True)),
-            None if at[0] is None else columns[at[0]],
-            None if at[1] is None else columns[at[1]],
-        )
-        indices = view.join_key_indices
+        columns, rows = self._columns(stored_rows)
+        self._extend(columns, rows)  # the side holds nothing: indices from 0
+        indices = self.view.join_key_indices
         one = len(indices) == 1
         # One value per row for a one-column join key: a tuple only per run.
         values: Iterable[Any] = (
@@ -305,21 +327,14 @@ class HeldSide:
             last = value
         runs[(last,) if one else last] = (start, stored_rows.num_rows)
 
-    def take(self, join_key: Row) -> list[Record]:
-        """The records of a pending join key (:attr:`pending`), made now and
-        held under it and their identities, in key order."""
+    def take(self, join_key: Row) -> tuple[int, ...]:
+        """The rows of a pending join key (:attr:`pending`), listed now under
+        it and mapped by their identities, in key order."""
         start, stop = self.pending.pop(join_key)
-        rows, appearances, associations = self._deferred
-        stored_row, identity, held = self.view.stored_row, self.identity, self.by_identity
-        records = []
-        for i in range(start, stop):
-            row = rows[i]
-            a = 1 if appearances is None else appearances[i]
-            c = -1 if associations is None else associations[i]
-            record = held[identity(row)] = Record(row, a, c, stored_row(row, a, c))
-            records.append(record)
-        self.by_join_key[join_key] = records
-        return records
+        under = range(start, stop)
+        self.by_identity.update(zip(map(self.identity, self._rows[start:stop]), under, strict=True))
+        listed = self.by_join_key[join_key] = tuple(under)
+        return listed
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -345,8 +360,8 @@ class HeldSide:
 
     # -- what the emit rules call ----------------------------------------------------
 
-    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
-        """The record in the side with ``row``'s identity."""
+    def find(self, ctx: OperatorContext, row: Row) -> int | None:
+        """The row in the side with ``row``'s identity."""
         if self.pending:
             join_key = self.join_key(row)
             if join_key in self.pending:
@@ -355,101 +370,113 @@ class HeldSide:
         # The rules add the row they found nothing for next: its identity
         # is then at hand.
         self._found = row, key
-        record = self.by_identity.get(key)
-        return record if record is not None and record.appearances else None
+        i = self.by_identity.get(key)
+        return i if i is not None and self._appearances[i] else None
 
-    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
-        """The records in the side with ``join_key``, in key order."""
+    def records(self, ctx: OperatorContext, join_key: Row) -> Sequence[int]:
+        """The rows in the side with ``join_key``, in key order."""
         if self.floats:
             join_key = _one_nan(join_key)
         if self.one_per_join_key:
-            record = self.by_identity.get(join_key)
-            return [record] if record is not None and record.appearances else []
+            i = self.by_identity.get(join_key)
+            return (i,) if i is not None and self._appearances[i] else ()
         if join_key in self.pending:
             return self.take(join_key)
         under = self.by_join_key.get(join_key)
         if under is None:
-            return []  # the table is held whole, and has none
+            return ()  # the table is held whole, and has none
         if join_key in self.unsorted:
             self.unsorted.discard(join_key)
-            encode, identity = self.table.keys.encode, self.view.identity
-            under.sort(key=lambda r: encode(identity(r.row)))
+            encode, identity, rows = self.table.keys.encode, self.view.identity, self._rows
+            under = self.by_join_key[join_key] = tuple(
+                sorted(under, key=lambda i: encode(identity(rows[i])))
+            )
         return under
 
-    def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
-        """One more appearance of ``row`` (replacing ``found``, the record
-        with its identity, if any) with ``associations``."""
+    def _write(self, i: int) -> None:
+        """Note the row as the table holds it before ``i``'s first change
+        since the last flush."""
+        if i not in self.written:
+            a = self._appearances[i]
+            self.written[i] = (
+                self.view.stored_row(self._rows[i], a, self._associations[i]) if a else None
+            )
+
+    def add(self, ctx: OperatorContext, row: Row, found: int | None, associations: int) -> None:
+        """One more appearance of ``row`` (replacing ``found``, the row with
+        its identity, if any) with ``associations``."""
         if found is None:
             last_row, key = self._found
             if row is not last_row:
                 key = self.identity(row)
-            record = self.by_identity.get(key)
-            if record is None:
-                record = self.by_identity[key] = Record(row, 1, associations, None)
+            i = self.by_identity.get(key)
+            if i is None:
+                i = self.by_identity[key] = len(self._rows)
+                self._rows.append(row)
+                self._appearances.append(1)
+                self._associations.append(associations)
+                self.written[i] = None
             else:  # held, and gone from the side since
-                record.row, record.appearances, record.associations = row, 1, associations
-            self._under_join_key(record)
+                self._write(i)
+                self._rows[i], self._appearances[i], self._associations[i] = row, 1, associations
+            self._under_join_key(i, row)
             self.inserted += 1
         else:
-            record = found
-            record.row, record.associations = row, associations
+            self._write(found)
+            self._rows[found], self._associations[found] = row, associations
             if not self.has_unique_key:
-                record.appearances += 1
+                self._appearances[found] += 1
             self.updated += 1
-        self.written.add(record)
 
-    def _under_join_key(self, record: Record) -> None:
-        """List a record back in the side under its join key, if that join
+    def _under_join_key(self, i: int, row: Row) -> None:
+        """List row ``i`` back in the side under its join key, if that join
         key is held whole; sorted when next read."""
         if self.one_per_join_key:
             return
-        key = self.join_key(record.row)
+        key = self.join_key(row)
         under = self.by_join_key.get(key)
         if under is None:
-            if not self.complete:
-                return  # read from the table, after a flush, when asked for
-            under = self.by_join_key[key] = []
-        under.append(record)
-        if len(under) > 1:
+            if self.complete:  # else read from the table, after a flush, when asked for
+                self.by_join_key[key] = (i,)
+            return
+        self.by_join_key[key] = (*under, i)
+        if under:
             self.unsorted.add(key)
 
-    def retract(self, ctx: OperatorContext, found: Record) -> None:
-        """Remove one appearance of a record."""
-        if found.appearances > 1:
-            found.appearances -= 1
+    def retract(self, ctx: OperatorContext, found: int) -> None:
+        """Remove one appearance of a row."""
+        self._write(found)
+        if self._appearances[found] > 1:
+            self._appearances[found] -= 1
             self.updated += 1
         else:
-            found.appearances = 0
+            self._appearances[found] = 0
             self.deleted += 1
             if not self.one_per_join_key:
-                under = self.by_join_key.get(self.join_key(found.row))
+                key = self.join_key(self._rows[found])
+                under = self.by_join_key.get(key)
                 if under is not None:
-                    under.remove(found)
-        self.written.add(found)
+                    self.by_join_key[key] = tuple([i for i in under if i != found])
 
-    def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
-        """A new number of associations for an outer side's record."""
-        record.associations = associations
+    def set_associations(self, ctx: OperatorContext, record: int, associations: int) -> None:
+        """A new number of associations for an outer side's row."""
+        self._write(record)
+        self._associations[record] = associations
         self.updated += 1
-        self.written.add(record)
 
     # -- the write --------------------------------------------------------------------
 
     def flush(self, ctx: OperatorContext) -> None:
-        """Write each written record's net change: one batch insert, update
+        """Write each written row's net change: one batch insert, update
         and delete; count the operations as record at a time issues them."""
         inserts: list[Row] = []
         updates: list[Row] = []
         deletes: list[Row] = []
         stored_row = self.view.stored_row
-        for record in self.written:
-            old = record.stored
-            now = (
-                stored_row(record.row, record.appearances, record.associations)
-                if record.appearances
-                else None
-            )
-            record.stored = now
+        rows, appearances, associations = self._rows, self._appearances, self._associations
+        for i, old in self.written.items():
+            a = appearances[i]
+            now = stored_row(rows[i], a, associations[i]) if a else None
             if now == old:
                 continue
             if old is None:
