@@ -307,6 +307,15 @@ class RocksDBBackend:
         db = self._live()
         return _bounded(db.keys, lower, upper, self.path)
 
+    def count(self, lower: bytes = b"", upper: bytes | None = None) -> int:
+        """How many keys lie in ``[lower, upper)``: counted in C, not by a
+        Python step per key, and not held in memory."""
+        read_opts = _below(upper)
+        with _wrapped("iterate", self.path):
+            keys = self._live().keys(from_key=lower, read_opt=read_opts)
+            last = deque(enumerate(keys, 1), maxlen=1)
+        return last[0][0] if last else 0
+
     def checkpoint(self, directory: str | os.PathLike[str]) -> None:
         """Write a consistent RocksDB checkpoint (hard-linked SST files) to
         ``directory``, which must not exist yet."""

@@ -130,6 +130,9 @@ class RowValues:
         return ((k, v) for k, v in items if keep(k))
 
     def count(self, lower: bytes, upper: bytes | None, keep: KeyFilter | None) -> int:
+        own: Callable[[bytes, bytes | None], int] | None = getattr(self._backend, "count", None)
+        if keep is None and own is not None:
+            return own(lower, upper)  # the backend's own count (RocksDB's, in C)
         keys = self._backend.keys(lower, upper)
         if keep is not None:
             keys = filter(keep, keys)

@@ -116,3 +116,15 @@ class TestWrites:
         expected = [(k, v) for k, v in ops if v is not None] + [(b"\x01\xff", b"kept")]
         assert list(db.items()) == expected
         db.close()
+
+    @given(ops=st.lists(st.tuples(keys, values), max_size=30))
+    def test_changelog_parts_are_the_file_and_its_crc(
+        self, ops: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """encode_parts gives the file's bytes in parts and the CRC-32 of the whole file."""
+        import zlib
+
+        parts, crc = _changelog.encode_parts(3, "cd" * 16, Writes.of(ops), [(b"a", b"b")])
+        data = b"".join(parts)
+        assert data == _changelog.encode(3, "cd" * 16, ops, [(b"a", b"b")])
+        assert crc == zlib.crc32(data)
