@@ -148,7 +148,9 @@ class HeldSide:
         #: state table holds it (``None``: it does not).
         self.written: dict[int, Row | None] = {}
         #: The last row :meth:`find` looked for, its identity and join key.
-        self._found: tuple[Row, Row, Row] = ((), (), ())
+        self._found_row: Row = ()
+        self._found_key: Row = ()
+        self._found_join_key: Row = ()
         #: The operations as issued since the last flush (the table's
         #: metrics) and the view's counters, as record at a time counts them.
         self.inserted = self.updated = self.deleted = 0
@@ -334,9 +336,10 @@ class HeldSide:
 
     def _listed(self, join_key: Row) -> tuple[int, ...] | None:
         """The rows listed under ``join_key`` (``None``: not held whole)."""
-        if join_key in self.pending:
+        under = self.by_join_key.get(join_key)
+        if under is None and join_key in self.pending:
             return self.take(join_key)
-        return self.by_join_key.get(join_key)
+        return under
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -369,8 +372,8 @@ class HeldSide:
             join_key = _one_nan(join_key)
         key = self.identity(row)
         # The rules add the row they found nothing for next: its keys are
-        # then at hand.
-        self._found = row, key, join_key
+        # then at hand (kept apart: no tuple made per input row).
+        self._found_row, self._found_key, self._found_join_key = row, key, join_key
         i = self.by_identity.get(key)
         return i if i is not None and self._appearances[i] else None
 
@@ -381,10 +384,12 @@ class HeldSide:
         if self.one_per_join_key:
             i = self.by_identity.get(join_key)
             return (i,) if i is not None and self._appearances[i] else ()
-        under = self._listed(join_key)
+        under = self.by_join_key.get(join_key)
         if under is None:
-            return ()  # the table is held whole, and has none
-        if join_key in self.unsorted:
+            if join_key not in self.pending:
+                return ()  # the table is held whole, and has none
+            under = self.take(join_key)
+        elif join_key in self.unsorted:
             self.unsorted.discard(join_key)
             under = self.by_join_key[join_key] = self._in_key_order(under)
         return under
@@ -413,8 +418,9 @@ class HeldSide:
         """One more appearance of ``row`` (replacing ``found``, the row with
         its identity, if any) with ``associations``."""
         if found is None:
-            last_row, key, join_key = self._found
-            if row is not last_row:
+            if row is self._found_row:
+                key, join_key = self._found_key, self._found_join_key
+            else:
                 key, join_key = self.identity(row), self.join_key(row)
             i = self.by_identity.get(key)
             if i is None:
@@ -461,7 +467,11 @@ class HeldSide:
 
     def set_associations(self, ctx: OperatorContext, record: int, associations: int) -> None:
         """A new number of associations for an outer side's row."""
-        self._write(record)
+        if record not in self.written:  # self._write(record), inline: once per match
+            a = self._appearances[record]
+            self.written[record] = (
+                self.stored_row(self._rows[record], a, self._associations[record]) if a else None
+            )
         self._associations[record] = associations
         self.updated += 1
 
