@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from encoding import key_equal_values
+from encoding import Direction, key_equal_values
 from operators._operator import OperatorContext
 from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
@@ -69,7 +70,7 @@ def _one_nan(values: Iterable[Any]) -> Row:
     return tuple(_NAN if v != v else v for v in values)
 
 
-def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], Row]:
+def _getter(indices: Sequence[int], floats: bool) -> Callable[[Row], Row]:
     """The values at ``indices`` of a row as a tuple that is equal for two
     rows exactly when their encoded keys are (``floats``: a key column is a
     float, whose NaNs become one value)."""
@@ -108,14 +109,24 @@ class HeldSide:
         self.one_per_join_key = view.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY
         columns = table.schema.columns
         floats = any(pa.types.is_floating(columns.field(i).type) for i in view.identity_indices)
-        self.identity: Callable[[Sequence[Any]], Row] = _getter(view.identity_indices, floats)
-        self.join_key: Callable[[Sequence[Any]], Row] = _getter(view.join_key_indices, floats)
+        self.identity: Callable[[Row], Row] = _getter(view.identity_indices, floats)
+        self.join_key: Callable[[Row], Row] = _getter(view.join_key_indices, floats)
         #: A key column is a float: held keys fold its NaNs into one value.
         self.floats = floats
         #: Held keys are the rows' key values as they are, and a join key
         #: may have many rows: a table read whole can wait to list a join
         #: key's rows until they are asked for (:meth:`_defer`).
         self.plain = not floats and not self.one_per_join_key
+        #: Every key column ascending, of an integer or string type: the key
+        #: bytes sort as the key values do (UTF-8 keeps code point order),
+        #: so a join key's rows sort by their identities with nothing encoded.
+        self.natural_order = all(
+            k.direction is Direction.ASC and _natural(columns.field(k.name).type)
+            for k in table.schema.primary_key
+        )
+        #: The row the state table holds for a row and its counts
+        #: (:meth:`~operators.join._views.JoinStateView.stored_row`), picked once.
+        self.stored_row = _stored_row(*(at is not None for at in view.counts_at))
         # The held rows, one index each; only ever changed in place, as
         # the handles' getters below are bound to them.
         self._rows: list[Row] = []
@@ -136,8 +147,8 @@ class HeldSide:
         #: The rows written since the last flush, each with its row as the
         #: state table holds it (``None``: it does not).
         self.written: dict[int, Row | None] = {}
-        #: The last row :meth:`find` looked for, and its identity.
-        self._found: tuple[Row, Row] = ((), ())
+        #: The last row :meth:`find` looked for, its identity and join key.
+        self._found: tuple[Row, Row, Row] = ((), (), ())
         #: The operations as issued since the last flush (the table's
         #: metrics) and the view's counters, as record at a time counts them.
         self.inserted = self.updated = self.deleted = 0
@@ -310,22 +321,7 @@ class HeldSide:
             return
         columns, rows = self._columns(stored_rows)
         self._extend(columns, rows)  # the side holds nothing: indices from 0
-        indices = self.view.join_key_indices
-        one = len(indices) == 1
-        # One value per row for a one-column join key: a tuple only per run.
-        values: Iterable[Any] = (
-            columns[indices[0]] if one else zip(*[columns[i] for i in indices], strict=True)
-        )
-        runs = self.pending
-        start = 0
-        last: Any = None
-        value: Any
-        for i, value in enumerate(values):
-            if i and value != last:
-                runs[(last,) if one else last] = (start, i)
-                start = i
-            last = value
-        runs[(last,) if one else last] = (start, stored_rows.num_rows)
+        self.pending.update(_runs([stored_rows.column(i) for i in self.view.join_key_indices]))
 
     def take(self, join_key: Row) -> tuple[int, ...]:
         """The rows of a pending join key (:attr:`pending`), listed now under
@@ -360,16 +356,17 @@ class HeldSide:
 
     # -- what the emit rules call ----------------------------------------------------
 
-    def find(self, ctx: OperatorContext, row: Row) -> int | None:
-        """The row in the side with ``row``'s identity."""
-        if self.pending:
-            join_key = self.join_key(row)
-            if join_key in self.pending:
-                self.take(join_key)
+    def find(self, ctx: OperatorContext, row: Row, join_key: Row) -> int | None:
+        """The row in the side with ``row``'s identity (``join_key``: its
+        join key)."""
+        if self.floats:
+            join_key = _one_nan(join_key)
+        elif join_key in self.pending:  # only a plain side defers
+            self.take(join_key)
         key = self.identity(row)
-        # The rules add the row they found nothing for next: its identity
-        # is then at hand.
-        self._found = row, key
+        # The rules add the row they found nothing for next: its keys are
+        # then at hand.
+        self._found = row, key, join_key
         i = self.by_identity.get(key)
         return i if i is not None and self._appearances[i] else None
 
@@ -387,11 +384,19 @@ class HeldSide:
             return ()  # the table is held whole, and has none
         if join_key in self.unsorted:
             self.unsorted.discard(join_key)
-            encode, identity, rows = self.table.keys.encode, self.view.identity, self._rows
-            under = self.by_join_key[join_key] = tuple(
-                sorted(under, key=lambda i: encode(identity(rows[i])))
-            )
+            under = self.by_join_key[join_key] = self._in_key_order(under)
         return under
+
+    def _in_key_order(self, under: tuple[int, ...]) -> tuple[int, ...]:
+        """Rows ``under`` in the order of their keys in the table."""
+        identity, rows = self.identity, self._rows
+        if self.natural_order:
+            try:
+                return tuple(sorted(under, key=lambda i: identity(rows[i])))
+            except TypeError:  # a null beside a value: the key bytes order them
+                pass
+        encode = self.table.keys.encode
+        return tuple(sorted(under, key=lambda i: encode(self.view.identity(rows[i]))))
 
     def _write(self, i: int) -> None:
         """Note the row as the table holds it before ``i``'s first change
@@ -399,16 +404,16 @@ class HeldSide:
         if i not in self.written:
             a = self._appearances[i]
             self.written[i] = (
-                self.view.stored_row(self._rows[i], a, self._associations[i]) if a else None
+                self.stored_row(self._rows[i], a, self._associations[i]) if a else None
             )
 
     def add(self, ctx: OperatorContext, row: Row, found: int | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the row with
         its identity, if any) with ``associations``."""
         if found is None:
-            last_row, key = self._found
+            last_row, key, join_key = self._found
             if row is not last_row:
-                key = self.identity(row)
+                key, join_key = self.identity(row), self.join_key(row)
             i = self.by_identity.get(key)
             if i is None:
                 i = self.by_identity[key] = len(self._rows)
@@ -419,7 +424,7 @@ class HeldSide:
             else:  # held, and gone from the side since
                 self._write(i)
                 self._rows[i], self._appearances[i], self._associations[i] = row, 1, associations
-            self._under_join_key(i, row)
+            self._under_join_key(i, join_key)
             self.inserted += 1
         else:
             self._write(found)
@@ -428,12 +433,12 @@ class HeldSide:
                 self._appearances[found] += 1
             self.updated += 1
 
-    def _under_join_key(self, i: int, row: Row) -> None:
-        """List row ``i`` back in the side under its join key, if that join
-        key is held whole; sorted when next read."""
+    def _under_join_key(self, i: int, key: Row) -> None:
+        """List row ``i`` back in the side under its join key ``key`` (held
+        as the held maps key it), if that join key is held whole; sorted when
+        next read."""
         if self.one_per_join_key:
             return
-        key = self.join_key(row)
         under = self.by_join_key.get(key)
         if under is None:
             if self.complete:  # else read from the table, after a flush, when asked for
@@ -472,7 +477,7 @@ class HeldSide:
         inserts: list[Row] = []
         updates: list[Row] = []
         deletes: list[Row] = []
-        stored_row = self.view.stored_row
+        stored_row = self.stored_row
         rows, appearances, associations = self._rows, self._appearances, self._associations
         for i, old in self.written.items():
             a = appearances[i]
@@ -501,6 +506,43 @@ class HeldSide:
         self.inserted = self.updated = self.deleted = 0
         self.written.clear()
         self._seen = self._signature()
+
+
+def _natural(data_type: pa.DataType) -> bool:
+    """Whether values of ``data_type`` sort in Python as their key bytes do."""
+    t = pa.types
+    return bool(t.is_integer(data_type) or t.is_string(data_type) or t.is_large_string(data_type))
+
+
+def _stored_row(appearances: bool, associations: bool) -> Callable[[Row, int, int], Row]:
+    """A row as the state table holds it, with the counts its side keeps."""
+    if appearances and associations:
+        return lambda row, a, c: (*row, a, c)
+    if appearances:
+        return lambda row, a, c: (*row, a)
+    if associations:
+        return lambda row, a, c: (*row, c)
+    return lambda row, a, c: row
+
+
+def _runs(columns: list[pa.Array]) -> Iterable[tuple[Row, tuple[int, int]]]:
+    """Each run of equal keys in ``columns`` (the key's columns, in key
+    order: equal keys in a run) with its first and past-last position; a
+    null equals a null, as in the key bytes. In Arrow, not row by row."""
+    n = len(columns[0])
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for column in columns:
+        after, before = column.slice(1), column.slice(0, n - 1)
+        differs = pc.not_equal(after, before)
+        differs = pc.if_else(
+            pc.is_null(differs), pc.xor(pc.is_null(after), pc.is_null(before)), differs
+        )
+        changed |= differs.to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+    stops = np.append(starts[1:], n)
+    at = pa.array(starts)
+    keys = zip(*[column.take(at).to_pylist() for column in columns], strict=True)
+    return zip(keys, zip(starts.tolist(), stops.tolist(), strict=True), strict=True)
 
 
 def _batch(schema: pa.Schema, rows: Sequence[Row]) -> pa.RecordBatch:

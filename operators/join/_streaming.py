@@ -172,8 +172,8 @@ class StreamingJoin(Operator):
         columns = [batch.column(n).to_pylist() for n in names]
         rows: list[Row] = list(zip(*columns, strict=True))
         own, theirs = self._held_side(ctx, side), self._held_side(ctx, 1 - side)
-        join_key = self.views[side].join_key
-        join_keys = {join_key(row) for row in rows}
+        keys = list(map(self._join_key[side], rows))
+        join_keys = set(keys)
         if not self.null_safe:
             join_keys = {k for k in join_keys if None not in k}
         # Many keys for the table's rows: one read of the whole table beats
@@ -189,8 +189,8 @@ class StreamingJoin(Operator):
         else:
             theirs.load_join_keys(join_keys)
         states = (own, theirs) if side == LEFT else (theirs, own)
-        for kind, row in zip(row_kinds(batch), rows, strict=True):
-            self._row(ctx, states, row, kind, side)
+        for kind, row, key in zip(row_kinds(batch), rows, keys, strict=True):
+            self._row(ctx, states, row, key, kind, side)
         own.flush(ctx)
         theirs.flush(ctx)
 
@@ -210,22 +210,22 @@ class StreamingJoin(Operator):
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
         left, right = self.views
-        self._row(ctx, (left, right), row, kind, side)
+        self._row(ctx, (left, right), row, self._join_key[side](row), kind, side)
 
     def _row(
         self,
         ctx: OperatorContext,
         states: tuple[SideRows[H], SideRows[H]],
         row: Row,
+        key: Row,
         kind: RowKind,
         side: int,
     ) -> None:
-        """The emit rules for one input row of ``side``, over each side's
-        rows in ``states`` (its view record at a time, its held rows on the
-        batch path)."""
+        """The emit rules for one input row of ``side`` with join key
+        ``key``, over each side's rows in ``states`` (its view record at a
+        time, its held rows on the batch path)."""
         view, other = states[side], states[1 - side]
-        found = view.find(ctx, row)
-        key = self._join_key[side](row)
+        found = view.find(ctx, row, key)
         candidates: Sequence[H] = (
             () if not self.null_safe and None in key else other.records(ctx, key)
         )

@@ -52,12 +52,15 @@ ASSOCIATIONS = "__associations"
 WRITTEN = "__written_ms"
 
 
-def values_at(indices: Sequence[int]) -> Callable[[Sequence[Any]], Row]:
-    """The values at ``indices`` of a row, as a tuple."""
+def values_at(indices: Sequence[int]) -> Callable[[Row], Row]:
+    """The values at ``indices`` of a row (a tuple), as a tuple: a getter
+    in C, called a few times per input row."""
     if len(indices) == 1:
         (at,) = indices
-        return lambda row: (row[at],)
-    get: Callable[[Sequence[Any]], Row] = itemgetter(*indices)
+        # A tuple's slice is a tuple.
+        one: Callable[[Row], Row] = itemgetter(slice(at, at + 1))
+        return one
+    get: Callable[[Row], Row] = itemgetter(*indices)
     return get
 
 
@@ -114,8 +117,9 @@ class SideRows(Protocol[H]):
     def associations(self) -> Callable[[H], int]:
         """A handle's rows of the other side that match it (outer sides)."""
 
-    def find(self, ctx: OperatorContext, row: Row) -> H | None:
-        """The row in the side with ``row``'s identity."""
+    def find(self, ctx: OperatorContext, row: Row, join_key: Row) -> H | None:
+        """The row in the side with ``row``'s identity (``join_key``: its
+        join key)."""
 
     def records(self, ctx: OperatorContext, join_key: Row) -> Sequence[H]:
         """The rows in the side with ``join_key``, in key order."""
@@ -177,7 +181,7 @@ class JoinStateView:
         names = schema.names
         self._jk = tuple(names.index(c) for c in join_key)
         #: The join key of an input row, as a tuple.
-        self.join_key: Callable[[Sequence[Any]], Row] = values_at(self._jk)
+        self.join_key: Callable[[Row], Row] = values_at(self._jk)
         if not unique:
             self.kind = ViewKind.INPUT_SIDE_HAS_NO_UNIQUE_KEY
             rest = [c for c in names if c not in join_key]
@@ -285,7 +289,7 @@ class JoinStateView:
 
     # -- reads ---------------------------------------------------------------------
 
-    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
+    def find(self, ctx: OperatorContext, row: Row, join_key: Row) -> Record | None:
         """The live stored record with ``row``'s identity: the same unique key,
         or, without one, the same row."""
         table = ctx.table(self.name)
