@@ -313,24 +313,30 @@ class HeldSide:
         self.by_join_key = {key: tuple(under) for key, under in found.items()}
 
     def _defer(self, stored_rows: pa.RecordBatch) -> None:
-        """Hold the rows of the whole table, and each join key's run of
-        them (a scan comes in key order, the join key first), but map no
-        identity and list no join key yet: a micro-batch touches a few of
-        a table's join keys (:meth:`take`)."""
+        """Hold the rows of the whole table and map their identities (one
+        loop in C), and note each join key's run of them (a scan comes in
+        key order, the join key first), but list no join key yet: a join
+        key's tuple is made when it is first asked for (:meth:`take`)."""
         if not stored_rows.num_rows:
             return
         columns, rows = self._columns(stored_rows)
         self._extend(columns, rows)  # the side holds nothing: indices from 0
+        keys = zip(*[columns[i] for i in self.view.identity_indices], strict=True)
+        self.by_identity.update(zip(keys, range(len(rows)), strict=True))
         self.pending.update(_runs([stored_rows.column(i) for i in self.view.join_key_indices]))
 
     def take(self, join_key: Row) -> tuple[int, ...]:
         """The rows of a pending join key (:attr:`pending`), listed now under
-        it and mapped by their identities, in key order."""
+        it, in key order."""
         start, stop = self.pending.pop(join_key)
-        under = range(start, stop)
-        self.by_identity.update(zip(map(self.identity, self._rows[start:stop]), under, strict=True))
-        listed = self.by_join_key[join_key] = tuple(under)
+        listed = self.by_join_key[join_key] = tuple(range(start, stop))
         return listed
+
+    def _listed(self, join_key: Row) -> tuple[int, ...] | None:
+        """The rows listed under ``join_key`` (``None``: not held whole)."""
+        if join_key in self.pending:
+            return self.take(join_key)
+        return self.by_join_key.get(join_key)
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -361,8 +367,6 @@ class HeldSide:
         join key)."""
         if self.floats:
             join_key = _one_nan(join_key)
-        elif join_key in self.pending:  # only a plain side defers
-            self.take(join_key)
         key = self.identity(row)
         # The rules add the row they found nothing for next: its keys are
         # then at hand.
@@ -377,9 +381,7 @@ class HeldSide:
         if self.one_per_join_key:
             i = self.by_identity.get(join_key)
             return (i,) if i is not None and self._appearances[i] else ()
-        if join_key in self.pending:
-            return self.take(join_key)
-        under = self.by_join_key.get(join_key)
+        under = self._listed(join_key)
         if under is None:
             return ()  # the table is held whole, and has none
         if join_key in self.unsorted:
@@ -424,7 +426,16 @@ class HeldSide:
             else:  # held, and gone from the side since
                 self._write(i)
                 self._rows[i], self._appearances[i], self._associations[i] = row, 1, associations
-            self._under_join_key(i, join_key)
+            # Listed back in the side under its join key, if that join key
+            # is held whole (else read from the table when asked for, after a
+            # flush); sorted when next read.
+            if not self.one_per_join_key:
+                under = self._listed(join_key)
+                if under:
+                    self.by_join_key[join_key] = (*under, i)
+                    self.unsorted.add(join_key)
+                elif under is not None or self.complete:
+                    self.by_join_key[join_key] = (i,)
             self.inserted += 1
         else:
             self._write(found)
@@ -432,21 +443,6 @@ class HeldSide:
             if not self.has_unique_key:
                 self._appearances[found] += 1
             self.updated += 1
-
-    def _under_join_key(self, i: int, key: Row) -> None:
-        """List row ``i`` back in the side under its join key ``key`` (held
-        as the held maps key it), if that join key is held whole; sorted when
-        next read."""
-        if self.one_per_join_key:
-            return
-        under = self.by_join_key.get(key)
-        if under is None:
-            if self.complete:  # else read from the table, after a flush, when asked for
-                self.by_join_key[key] = (i,)
-            return
-        self.by_join_key[key] = (*under, i)
-        if under:
-            self.unsorted.add(key)
 
     def retract(self, ctx: OperatorContext, found: int) -> None:
         """Remove one appearance of a row."""
@@ -459,7 +455,7 @@ class HeldSide:
             self.deleted += 1
             if not self.one_per_join_key:
                 key = self.join_key(self._rows[found])
-                under = self.by_join_key.get(key)
+                under = self._listed(key)
                 if under is not None:
                     self.by_join_key[key] = tuple([i for i in under if i != found])
 
