@@ -8,6 +8,7 @@ epoch to the backend in one atomic batch.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -111,8 +112,7 @@ class StateTable:
         self.schema = schema
         self.backend = backend
         self.consistency = ConsistencyMode(consistency)
-        self.keys = KeyCodec(schema)
-        self.rows = RowCodec(schema)
+        self.keys, self.rows = _codecs(schema)
         #: How rows lie in the backend (row or cell layout), chosen once.
         self.values: TableValues = values_of(schema, backend, self.rows, self.keys)
         self._encode = self.rows.encode
@@ -787,6 +787,15 @@ class StateTable:
     def pending(self) -> int:
         """Keys the uncommitted epoch touches."""
         return len(self._mem)
+
+
+@functools.lru_cache(maxsize=256)
+def _codecs(schema: TableSchema) -> tuple[KeyCodec, RowCodec]:
+    """The key and row codecs of ``schema``, built once per process: building
+    one compiles its encoders (milliseconds a table), and a Spark task opens
+    its store, and so builds its tables, again every batch. Codecs hold no
+    state once built, so tables of equal schemas share them."""
+    return KeyCodec(schema), RowCodec(schema)
 
 
 def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:

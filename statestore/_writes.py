@@ -68,9 +68,10 @@ class Writes(Sequence[WriteOp]):
         writes = cls.columns(keys, values)
         flat = _fixed_width(writes.keys)
         if flat is not None:
-            # Keys of one width (those of one table, mostly) sort as numpy
-            # byte strings, in half the time of Arrow's sort of binary.
-            order = np.argsort(flat)
+            # Keys of one width (those of one table, mostly) are sorted as
+            # rows of big-endian words, which Arrow sorts in about half the
+            # time it takes for the same keys as binary.
+            order = _word_order(flat)
             ordered = pa.Array.from_buffers(
                 _BINARY, len(flat), [None, writes.keys.buffers()[1], pa.py_buffer(flat[order])]
             )
@@ -134,3 +135,23 @@ def _fixed_width(keys: pa.Array) -> np.ndarray | None:
     if not width or int(offsets[-1]) != n * width or not (np.diff(offsets) == width).all():
         return None
     return np.frombuffer(_data_buffer(keys), dtype=f"S{width}", count=n)
+
+
+def _word_order(flat: np.ndarray) -> np.ndarray:
+    """The sorting permutation of byte strings of one width: each cut into
+    big-endian 8-byte words (the last padded with zero bytes, which keeps
+    the order), sorted by the words that are not the same in every string
+    (a table's id, say), first to last."""
+    n, width = len(flat), flat.dtype.itemsize
+    padded = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = np.frombuffer(flat.tobytes(), dtype=np.uint8).reshape(n, width)
+    words = padded.view(">u8")
+    columns = {
+        str(i): words[:, i].astype(np.uint64)
+        for i in range(words.shape[1])
+        if (words[:, i] != words[0, i]).any()
+    }
+    if not columns:  # one key, or the same key n times
+        return np.arange(n)
+    order = pc.sort_indices(pa.table(columns), sort_keys=[(c, "ascending") for c in columns])
+    return np.asarray(order)

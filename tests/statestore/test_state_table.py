@@ -242,6 +242,16 @@ class TestTables:
         assert list(b.scan()) == [(1, 2, 2)]
         assert a.row_count == b.row_count == 1
 
+    def test_tables_of_equal_schemas_share_codecs(self, backend: KVBackend) -> None:
+        """Tables of equal schemas (a pickled copy, as a Spark task gets) share their codecs."""
+        import pickle
+
+        schema = TableSchema(1, THREE, ("pk",))
+        a = StateTable(schema, backend)
+        b = StateTable(pickle.loads(pickle.dumps(schema)), backend)
+        assert a.keys is b.keys and a.rows is b.rows
+        assert _table(backend, table_id=2).keys is not a.keys
+
     def test_epochs_must_increase(self, backend: KVBackend) -> None:
         """A commit whose epoch is not above the last raises EpochError."""
         t = _table(backend)

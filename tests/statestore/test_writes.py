@@ -79,11 +79,17 @@ class TestWrites:
         by_writes.close()
 
     @given(
-        ops=st.dictionaries(
-            st.binary(min_size=5, max_size=5).map(lambda k: k.replace(b"\x01", b"\x00")),
-            values,
-            max_size=60,
-        ).map(lambda d: list(d.items()))
+        ops=st.integers(1, 20)
+        .flatmap(
+            lambda width: st.dictionaries(
+                st.binary(min_size=width, max_size=width).map(
+                    lambda k: b"\x00\x07" + k.replace(b"\x01", b"\x00")
+                ),
+                values,
+                max_size=60,
+            )
+        )
+        .map(lambda d: list(d.items()))
     )
     def test_keys_of_one_width_sort_as_unsigned_bytes(
         self, ops: list[tuple[bytes, bytes | None]]
