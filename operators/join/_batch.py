@@ -109,7 +109,16 @@ class HeldSide:
         self.one_per_join_key = view.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY
         columns = table.schema.columns
         floats = any(pa.types.is_floating(columns.field(i).type) for i in view.identity_indices)
-        self.identity: Callable[[Row], Row] = _getter(view.identity_indices, floats)
+        #: A row without a unique key is its own identity (the key is its
+        #: columns, join key first: equal exactly when the rows are), so a
+        #: side with no float key holds it by the row itself (``tuple`` gives
+        #: back a tuple as it is): no key made per row.
+        self.row_is_identity = not view.has_unique_key and not floats
+        self.identity: Callable[[Row], Row] = (
+            tuple if self.row_is_identity else _getter(view.identity_indices, floats)
+        )
+        #: The key values of a row in key order (sorting, :meth:`_in_key_order`).
+        self.key_values: Callable[[Row], Row] = values_at(view.identity_indices)
         self.join_key: Callable[[Row], Row] = _getter(view.join_key_indices, floats)
         #: A key column is a float: held keys fold its NaNs into one value.
         self.floats = floats
@@ -180,6 +189,10 @@ class HeldSide:
         rows: list[Row] = list(zip(*columns[: self.view.width], strict=True))
         return columns, rows
 
+    def _identities(self, columns: list[list[Any]]) -> list[Row]:
+        """The identities of rows given by their columns."""
+        return list(zip(*[columns[i] for i in self.view.identity_indices], strict=True))
+
     def _extend(self, columns: list[list[Any]], rows: list[Row]) -> None:
         """Hold ``rows`` (with their counts in ``columns``) at the next indices."""
         n = len(rows)
@@ -200,7 +213,7 @@ class HeldSide:
             keys = list(map(self.identity, rows))
             join_keys = list(map(self.join_key, rows))
         else:
-            keys = list(zip(*[columns[i] for i in view.identity_indices], strict=True))
+            keys = rows if self.row_is_identity else self._identities(columns)
             join_keys = list(zip(*[columns[i] for i in view.join_key_indices], strict=True))
         held = self.by_identity
         if not held:
@@ -323,7 +336,7 @@ class HeldSide:
             return
         columns, rows = self._columns(stored_rows)
         self._extend(columns, rows)  # the side holds nothing: indices from 0
-        keys = zip(*[columns[i] for i in self.view.identity_indices], strict=True)
+        keys = rows if self.row_is_identity else self._identities(columns)
         self.by_identity.update(zip(keys, range(len(rows)), strict=True))
         self.pending.update(_runs([stored_rows.column(i) for i in self.view.join_key_indices]))
 
@@ -396,10 +409,10 @@ class HeldSide:
 
     def _in_key_order(self, under: tuple[int, ...]) -> tuple[int, ...]:
         """Rows ``under`` in the order of their keys in the table."""
-        identity, rows = self.identity, self._rows
+        key_values, rows = self.key_values, self._rows
         if self.natural_order:
             try:
-                return tuple(sorted(under, key=lambda i: identity(rows[i])))
+                return tuple(sorted(under, key=lambda i: key_values(rows[i])))
             except TypeError:  # a null beside a value: the key bytes order them
                 pass
         encode = self.table.keys.encode
