@@ -35,7 +35,14 @@ import pyarrow as pa
 from statestore._typing import WriteOp
 from statestore._writes import Writes
 
-__all__ = ["FORMAT_VERSION", "Changelog", "ChangelogFormatError", "decode", "encode"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Changelog",
+    "ChangelogFormatError",
+    "decode",
+    "encode",
+    "encode_parts",
+]
 
 FORMAT_VERSION = 2
 _MAGIC = b"RSCL"
@@ -71,6 +78,18 @@ def encode(
     range_deletes: Sequence[tuple[bytes, bytes]],
 ) -> bytes:
     """The changelog file of one commit (format 2)."""
+    return b"".join(encode_parts(version, commit_id, ops, range_deletes)[0])
+
+
+def encode_parts(
+    version: int,
+    commit_id: str,
+    ops: Sequence[WriteOp],
+    range_deletes: Sequence[tuple[bytes, bytes]],
+) -> tuple[list[bytes | memoryview], int]:
+    """The changelog file of one commit as its parts, in order (views of the
+    writes' buffers among them, so a writer need not join them), and the
+    CRC-32 of the whole file, trailer included."""
     parts: list[bytes | memoryview] = [
         _HEADER.pack(
             _MAGIC,
@@ -98,8 +117,9 @@ def encode(
     crc = 0
     for part in parts:
         crc = zlib.crc32(part, crc)
-    parts.append(_TRAILER.pack(crc, _END))
-    return b"".join(parts)
+    trailer = _TRAILER.pack(crc, _END)
+    parts.append(trailer)
+    return parts, zlib.crc32(trailer, crc)
 
 
 def _offsets(items: pa.Array) -> np.ndarray:

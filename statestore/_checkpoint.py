@@ -243,10 +243,12 @@ class PartitionCheckpoint:
     ) -> ChangelogRef:
         """Write one commit's changelog file, or one ``part`` of it (immutable;
         its name has the commit id)."""
-        data = _changelog.encode(commit.version, commit.commit_id, ops, range_deletes)
+        parts, crc = _changelog.encode_parts(commit.version, commit.commit_id, ops, range_deletes)
         path = changelog_path(commit.version, commit.commit_id, part)
         fault("changelog.before_write")
-        size, crc = self.fs.write_bytes(path, data, on_temp=lambda: fault("changelog.after_temp"))
+        size, crc = self.fs.write_parts(
+            path, parts, crc, on_temp=lambda: fault("changelog.after_temp")
+        )
         fault("changelog.after_write")
         return ChangelogRef(commit, FileEntry(path, size, crc))
 

@@ -18,7 +18,7 @@ import os
 import posixpath
 import uuid
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,16 +99,18 @@ class CheckpointFS:
         produce: Callable[[Any], None],
         on_temp: Callable[[], None] = lambda: None,
         sync_dir: bool = True,
+        crc: int | None = None,
     ) -> tuple[int, int]:
         """Publish ``rel`` atomically with the bytes ``produce(stream)`` writes;
         returns ``(size, crc32)``. ``on_temp`` runs when the bytes are written
         under the temporary name, before the move (never on object stores).
         ``sync_dir=False`` leaves the directory's fsync to :meth:`sync_dirs`
-        (one fsync for many files)."""
+        (one fsync for many files). ``crc``, when the caller knows the bytes'
+        CRC-32 already, spares a pass over them."""
         self._ensure_dir(posixpath.dirname(rel))
         final = self.full(rel)
         target = f"{final}{TEMP_MARK}{uuid.uuid4().hex[:12]}" if self.rename else final
-        sink = _Summing(self.fs.open_output_stream(target, compression=None))
+        sink = _Summing(self.fs.open_output_stream(target, compression=None), crc)
         try:
             produce(sink)
         except BaseException:
@@ -137,6 +139,22 @@ class CheckpointFS:
     ) -> tuple[int, int]:
         """Publish ``data`` as ``rel``; returns ``(size, crc32)``."""
         return self.write(rel, lambda out: out.write(data), on_temp)
+
+    def write_parts(
+        self,
+        rel: str,
+        parts: Sequence[bytes | memoryview],
+        crc: int,
+        on_temp: Callable[[], None] = lambda: None,
+    ) -> tuple[int, int]:
+        """Publish the bytes of ``parts``, one after another, as ``rel``,
+        their CRC-32 ``crc`` known already; returns ``(size, crc32)``."""
+
+        def produce(out: Any) -> None:
+            for part in parts:
+                out.write(part)
+
+        return self.write(rel, produce, on_temp, crc=crc)
 
     def upload(
         self,
@@ -222,14 +240,17 @@ class CheckpointFS:
 
 
 class _Summing:
-    """An output stream wrapper that counts bytes and folds them into a CRC."""
+    """An output stream wrapper that counts bytes and folds them into a CRC
+    (or, given the CRC of the bytes to come, only counts them)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, crc: int | None = None) -> None:
         self.stream = stream
         self.size = 0
-        self.crc = 0
+        self.crc = 0 if crc is None else crc
+        self._known = crc is not None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.stream.write(data)
         self.size += len(data)
-        self.crc = zlib.crc32(data, self.crc)
+        if not self._known:
+            self.crc = zlib.crc32(data, self.crc)

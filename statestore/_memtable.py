@@ -196,12 +196,16 @@ class MemTable:
         insert was a conflict. Keys the epoch has not touched go in one pass,
         the common case of a bulk load."""
         new = self._new
-        if new.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+        if new.keys().isdisjoint(keys):
+            before = len(new)
             new.update(zip(keys, values, strict=True))
-            self.inserts += len(keys)
-            if self._sorted is not None:
-                self._unsorted.extend(keys)
-            return []
+            if len(new) - before == len(keys):  # and no key twice in ``keys``
+                self.inserts += len(keys)
+                if self._sorted is not None:
+                    self._unsorted.extend(keys)
+                return []
+            for k in keys:  # a key twice: undo, and merge one at a time
+                new.pop(k, None)
         return [k for k, v in zip(keys, values, strict=True) if not self.insert(k, v)]
 
     def update_many(self, keys: list[bytes], olds: list[bytes], values: list[bytes]) -> list[bytes]:

@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import pyarrow.compute as pc
 import rocksdict
 
 from statestore._typing import WriteOp
+from statestore._writes import Writes
 from statestore.errors import (
     BackendClosedError,
     BackendError,
@@ -151,6 +154,19 @@ def _read_all(method: Any, lower: bytes, upper: bytes | None, path: str) -> list
         return list(method(from_key=lower, read_opt=read_opts))
 
 
+def _add_distinct(batch: rocksdict.WriteBatch, ops: Writes) -> None:
+    """Add ``ops`` (no key twice) to ``batch``: the deletes, then the puts,
+    each in one call that loops in C (no key twice, so the order between a
+    delete and a put does not matter; each part keeps the batch's order)."""
+    keys, values = ops.keys, ops.values
+    if values.null_count:
+        deleted = values.is_null()
+        deque(map(batch.delete, keys.filter(deleted).to_pylist()), maxlen=0)
+        kept = pc.invert(deleted)
+        keys, values = keys.filter(kept), values.filter(kept)
+    deque(map(batch.put, keys.to_pylist(), values.to_pylist()), maxlen=0)
+
+
 class RocksDBBackend:
     """A :class:`~statestore.KVBackend` on a local RocksDB directory."""
 
@@ -209,11 +225,14 @@ class RocksDBBackend:
         batch = rocksdict.WriteBatch(raw_mode=True)
         for start, end in range_deletes:
             batch.delete_range(start, end)
-        for key, value in ops:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        if isinstance(ops, Writes) and ops.distinct:
+            _add_distinct(batch, ops)
+        else:
+            for key, value in ops:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
         with _wrapped("write", self.path):
             db.write(batch, self._write_opts)
 
@@ -257,9 +276,6 @@ class RocksDBBackend:
     def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
         return _read_all(self._live().values, lower, upper, self.path)
 
-    def read_keys(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
-        return _read_all(self._live().keys, lower, upper, self.path)
-
     def read_short(self, lower: bytes, upper: bytes | None, limit: int) -> list[bytes] | None:
         """The values with ``lower <= key < upper``, ascending, if there are at
         most ``limit``; ``None`` if there are more. One seek of the backend's
@@ -290,6 +306,15 @@ class RocksDBBackend:
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
         db = self._live()
         return _bounded(db.keys, lower, upper, self.path)
+
+    def count(self, lower: bytes = b"", upper: bytes | None = None) -> int:
+        """How many keys lie in ``[lower, upper)``: counted in C, not by a
+        Python step per key, and not held in memory."""
+        read_opts = _below(upper)
+        with _wrapped("iterate", self.path):
+            keys = self._live().keys(from_key=lower, read_opt=read_opts)
+            last = deque(enumerate(keys, 1), maxlen=1)
+        return last[0][0] if last else 0
 
     def checkpoint(self, directory: str | os.PathLike[str]) -> None:
         """Write a consistent RocksDB checkpoint (hard-linked SST files) to

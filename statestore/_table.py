@@ -8,6 +8,7 @@ epoch to the backend in one atomic batch.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -111,8 +112,7 @@ class StateTable:
         self.schema = schema
         self.backend = backend
         self.consistency = ConsistencyMode(consistency)
-        self.keys = KeyCodec(schema)
-        self.rows = RowCodec(schema)
+        self.keys, self.rows = _codecs(schema)
         #: How rows lie in the backend (row or cell layout), chosen once.
         self.values: TableValues = values_of(schema, backend, self.rows, self.keys)
         self._encode = self.rows.encode
@@ -588,29 +588,9 @@ class StateTable:
 
     def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
         """Whether a row is stored under each primary key of ``pks`` (key
-        columns by name): the keys the MemTable does not answer are looked
-        up in storage at once, no row read (see :meth:`_stored_present`)."""
-        keys = self.keys.encode_batch(pks)
-        if not self._mem:  # the epoch's first reads: storage alone answers
-            return self._stored_present(keys)
-        out: list[Any] = self._mem.lookup_many(keys)
-        missing = [i for i, v in enumerate(out) if v is UNTOUCHED]
-        present = [v is not None for v in out]
-        if missing:
-            stored = self._stored_present([keys[i] for i in missing])
-            for i, found in zip(missing, stored, strict=True):
-                present[i] = found
-        return present
-
-    def _stored_present(self, keys: list[bytes]) -> list[bool]:
-        """Whether storage holds a row at each of ``keys``."""
-        stored_rows = self.metrics.committed_rows + self._spilled_delta
-        if len(keys) < _SORT_FROM or len(keys) * _KEY_SCAN_RATIO < stored_rows:
-            return [v is not None for v in self._stored_many(keys)]
-        stored = set(self.values.read_keys(min(keys), prefix_successor(max(keys))))
-        if self._range_deletes:
-            return [k in stored and not self._in_range_delete(k) for k in keys]
-        return [k in stored for k in keys]
+        columns by name): one multi-get for the keys the MemTable does not
+        answer, nothing decoded."""
+        return [c is not None for c in self._current_many(self.keys.encode_batch(pks))]
 
     def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, bytes | None]]:
         return zip(keys, self._current_many(keys), strict=True)
@@ -685,16 +665,25 @@ class StateTable:
         A state store calls this for each of its tables and writes all of them in
         one batch; :meth:`commit` does it for this table alone.
         """
+        self.check_epoch(epoch)
+        writes = self._epoch_writes()
+        meta_key, meta_value = self._meta_write(epoch)
+        writes.keys.append(meta_key)
+        writes.values.append(meta_value)
+        return writes
+
+    def check_epoch(self, epoch: int) -> None:
+        """Raise :class:`EpochError` unless ``epoch`` may be committed next."""
         if epoch <= self._last_epoch:
             raise EpochError(
                 f"table {self.schema.name!r}: epoch {epoch} is not above the last "
                 f"committed epoch {self._last_epoch}; epochs must increase"
             )
-        writes = self._epoch_writes()
+
+    def _meta_write(self, epoch: int) -> tuple[bytes, bytes]:
+        """The write of the metadata row that commits ``epoch``."""
         rows = self.metrics.committed_rows + self._pending_delta()
-        writes.keys.append(self._meta_key)
-        writes.values.append(_META.pack(epoch, rows))
-        return writes
+        return self._meta_key, _META.pack(epoch, rows)
 
     def _epoch_writes(self) -> TableWrites:
         """The MemTable's writes and range deletes, squared with storage first
@@ -800,6 +789,15 @@ class StateTable:
         return len(self._mem)
 
 
+@functools.lru_cache(maxsize=256)
+def _codecs(schema: TableSchema) -> tuple[KeyCodec, RowCodec]:
+    """The key and row codecs of ``schema``, built once per process: building
+    one compiles its encoders (milliseconds a table), and a Spark task opens
+    its store, and so builds its tables, again every batch. Codecs hold no
+    state once built, so tables of equal schemas share them."""
+    return KeyCodec(schema), RowCodec(schema)
+
+
 def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
     """A function picking the values at ``indices`` out of a row, in C."""
     if len(indices) == 1:
@@ -813,14 +811,9 @@ def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
 #: From this many keys a multi-get is made in key order, or made a scan.
 _SORT_FROM = 64
 #: A multi-get is made a scan of the keys' span when it asks for at least
-#: one row in this many of those stored: a scan reads a row in about a
-#: quarter of the time a multi-get finds one (measured on RocksDB through
-#: rocksdict, sorted keys, values of 8 to 128 bytes: 0.37-0.52 us a row
-#: scanned, 1.6-1.8 us a key got, CPU time).
-_SCAN_RATIO = 4
-#: The same for a read of whether rows exist: a scan of keys alone reads one
-#: in an eighth of the time a multi-get takes (0.19-0.23 us a key scanned).
-_KEY_SCAN_RATIO = 8
+#: one row in this many of those stored: a scan reads a row in about a third
+#: of the time a multi-get finds one (measured on RocksDB, sorted keys).
+_SCAN_RATIO = 3
 
 
 def _arrow_equal(typ: pa.DataType) -> bool:
@@ -870,22 +863,33 @@ def prepare_tables(
     """Every table's commit writes for ``epoch`` as one batch, in key order, and
     the rows updated and removed (Spark's numUpdatedStateRows /
     numRemovedStateRows): what a state store writes, in memory or in RocksDB."""
-    keys: list[bytes] = []
-    values: list[bytes | None] = []
+    parts: list[Writes] = []
+    meta_keys: list[bytes] = []
+    meta_values: list[bytes | None] = []
     ranges: list[tuple[bytes, bytes]] = []
     updated = removed = 0
+    # In key order RocksDB takes a batch several times faster (its
+    # MemTable inserts find their place near the last one), and so does a
+    # replay of the changelog. A table's keys all start with its id, so the
+    # tables are sorted each on its own (their keys, mostly of one width,
+    # sort fastest so) and laid one after another by id; the metadata rows,
+    # under the one id above every table's, come last.
+    tables = list(tables)
     for table in tables:
-        writes = table.prepare_commit(epoch)
-        keys += writes.keys
-        values += writes.values
+        table.check_epoch(epoch)
+    for table in sorted(tables, key=lambda t: t.schema.table_id):
+        writes = table._epoch_writes()
+        meta_key, meta_value = table._meta_write(epoch)
+        meta_keys.append(meta_key)
+        meta_values.append(meta_value)
+        if writes.keys:
+            parts.append(writes.in_key_order())
         ranges += writes.range_deletes
         m = table.metrics
         updated += m.inserted + m.updated
         removed += m.deleted + m.removed_by_range
-    # In key order RocksDB takes a batch several times faster (its
-    # MemTable inserts find their place near the last one), and so does a
-    # replay of the changelog. Keys are distinct, tables' ids apart.
-    return Writes.in_key_order(keys, values), ranges, updated, removed
+    parts.append(Writes.in_key_order(meta_keys, meta_values))
+    return Writes.concat(parts, distinct=True), ranges, updated, removed
 
 
 class TableWrites(NamedTuple):

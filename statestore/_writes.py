@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,11 +28,14 @@ class Writes(Sequence[WriteOp]):
     but a commit's keys lie scattered over the heap, and each pass over them
     in key order (sorting, encoding, writing) costs a cache miss per key.
     Two batches are equal when they hold the same writes in the same order.
+
+    ``distinct`` says that no key appears twice (as in a commit's batch),
+    so that a backend may apply the deletes and the puts in either order.
     """
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("distinct", "keys", "values")
 
-    def __init__(self, keys: pa.Array, values: pa.Array) -> None:
+    def __init__(self, keys: pa.Array, values: pa.Array, distinct: bool = False) -> None:
         for name, column in (("keys", keys), ("values", values)):
             if not isinstance(column, pa.Array) or column.type != _BINARY:
                 kind = getattr(column, "type", type(column).__name__)
@@ -42,6 +46,7 @@ class Writes(Sequence[WriteOp]):
             raise ValueError(f"{keys.null_count} null key(s): a key is never null")
         self.keys = keys
         self.values = values
+        self.distinct = distinct
 
     @classmethod
     def of(cls, ops: Iterable[WriteOp]) -> Writes:
@@ -61,8 +66,28 @@ class Writes(Sequence[WriteOp]):
         """``keys[i]`` gets ``values[i]``, sorted by key (keys compare as
         unsigned bytes; they must be distinct)."""
         writes = cls.columns(keys, values)
-        order = pc.sort_indices(writes.keys)
-        return cls(writes.keys.take(order), writes.values.take(order))
+        flat = _fixed_width(writes.keys)
+        if flat is not None:
+            # Keys of one width (those of one table, mostly) are sorted as
+            # rows of big-endian words, which Arrow sorts in about half the
+            # time it takes for the same keys as binary.
+            order = _word_order(flat)
+            ordered = pa.Array.from_buffers(
+                _BINARY, len(flat), [None, writes.keys.buffers()[1], pa.py_buffer(flat[order])]
+            )
+            return cls(ordered, writes.values.take(pa.array(order)), distinct=True)
+        at = pc.sort_indices(writes.keys)
+        return cls(writes.keys.take(at), writes.values.take(at), distinct=True)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Writes], distinct: bool = False) -> Writes:
+        """``parts`` one after another; ``distinct`` says that no key is in
+        two of them (the batches of different tables, say)."""
+        if not parts:
+            return cls(pa.array([], _BINARY), pa.array([], _BINARY), distinct)
+        keys = pa.concat_arrays([p.keys for p in parts])
+        values = pa.concat_arrays([p.values for p in parts])
+        return cls(keys, values, distinct and all(p.distinct for p in parts))
 
     def __iter__(self) -> Iterator[WriteOp]:
         return zip(self.keys.to_pylist(), self.values.to_pylist(), strict=True)
@@ -78,7 +103,7 @@ class Writes(Sequence[WriteOp]):
 
     def __getitem__(self, index: int | slice) -> WriteOp | Writes:
         if isinstance(index, slice):
-            return Writes(self.keys[index], self.values[index])
+            return Writes(self.keys[index], self.values[index], self.distinct)
         return (self.keys[index].as_py(), self.values[index].as_py())
 
     def __eq__(self, other: Any) -> bool:
@@ -90,3 +115,43 @@ class Writes(Sequence[WriteOp]):
 
     def __repr__(self) -> str:
         return f"Writes({len(self)} writes)"
+
+
+def _data_buffer(items: pa.Array) -> pa.Buffer:
+    data = items.buffers()[2]
+    return pa.py_buffer(b"") if data is None else data
+
+
+def _fixed_width(keys: pa.Array) -> np.ndarray | None:
+    """``keys`` (a fresh ``large_binary`` array, offset 0) as a numpy array of
+    byte strings when they all have one width of at least a byte, else
+    ``None``. Numpy orders byte strings of one width as ``memcmp`` does (it
+    pads with zero bytes, which strings of one width never need)."""
+    n = len(keys)
+    if n < 2 or keys.offset:
+        return None
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64, count=n + 1)
+    width = int(offsets[1])
+    if not width or int(offsets[-1]) != n * width or not (np.diff(offsets) == width).all():
+        return None
+    return np.frombuffer(_data_buffer(keys), dtype=f"S{width}", count=n)
+
+
+def _word_order(flat: np.ndarray) -> np.ndarray:
+    """The sorting permutation of byte strings of one width: each cut into
+    big-endian 8-byte words (the last padded with zero bytes, which keeps
+    the order), sorted by the words that are not the same in every string
+    (a table's id, say), first to last."""
+    n, width = len(flat), flat.dtype.itemsize
+    padded = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = np.frombuffer(flat.tobytes(), dtype=np.uint8).reshape(n, width)
+    words = padded.view(">u8")
+    columns = {
+        str(i): words[:, i].astype(np.uint64)
+        for i in range(words.shape[1])
+        if (words[:, i] != words[0, i]).any()
+    }
+    if not columns:  # one key, or the same key n times
+        return np.arange(n)
+    order = pc.sort_indices(pa.table(columns), sort_keys=[(c, "ascending") for c in columns])
+    return np.asarray(order)

@@ -22,15 +22,15 @@ order, so the output is the same row for row.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from encoding import key_equal_values
+from encoding import Direction, key_equal_values
 from operators._operator import OperatorContext
-from operators.join._views import JoinStateView, Record, ViewKind, values_at
+from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
 
 __all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "HeldSide", "read_whole"]
@@ -70,7 +70,7 @@ def _one_nan(values: Iterable[Any]) -> Row:
     return tuple(_NAN if v != v else v for v in values)
 
 
-def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], Row]:
+def _getter(indices: Sequence[int], floats: bool) -> Callable[[Row], Row]:
     """The values at ``indices`` of a row as a tuple that is equal for two
     rows exactly when their encoded keys are (``floats``: a key column is a
     float, whose NaNs become one value)."""
@@ -83,17 +83,21 @@ def _getter(indices: Sequence[int], floats: bool) -> Callable[[Sequence[Any]], R
 class HeldSide:
     """One side's rows that the micro-batch read, held for its input batches.
 
-    ``by_identity`` maps each identity read (join key and unique key, or the
-    whole row) to its record: the row, its appearances (0: not in the side
-    any more) and associations, and ``stored``, the row as the state table
-    holds it since the last :meth:`flush`. ``by_join_key`` maps each join key
-    read whole to its records in the side, in key order. It answers the
-    calls of :class:`~operators.join._views.JoinStateView` that the emit
-    rules make (``find``, ``records``, ``add``, ``retract``,
-    ``set_associations``) with no call into the table; every identity and
-    join key an input batch asks for must have been read first
-    (:meth:`load_identities`, :meth:`load_join_keys`,
-    :meth:`load_join_key_rows`, :meth:`load_all`).
+    The rows are held as parallel lists, and a row is its index in them
+    (the handle the emit rules get, :class:`~operators.join._views.SideRows`):
+    its input row (:attr:`row`), appearances (0: not in the side any more)
+    and associations. A micro-batch holds tens of thousands of rows; as
+    indices they are no Python object each for the garbage collector to walk
+    (a record per row, and a list per join key, cost the batch path more in
+    collections than in the rules). ``by_identity`` maps each identity read
+    (join key and unique key, or the whole row) to its row; ``by_join_key``
+    maps each join key read whole to its rows in the side, in key order, as
+    a tuple of indices. It answers the calls of
+    :class:`~operators.join._views.JoinStateView` that the emit rules make
+    (``find``, ``records``, ``add``, ``retract``, ``set_associations``)
+    with no call into the table; every identity and join key an input batch
+    asks for must have been read first (:meth:`load_identities`,
+    :meth:`load_join_keys`, :meth:`load_join_key_rows`, :meth:`load_all`).
     """
 
     def __init__(self, view: JoinStateView, table: StateTable) -> None:
@@ -105,28 +109,48 @@ class HeldSide:
         self.one_per_join_key = view.kind is ViewKind.JOIN_KEY_CONTAINS_UNIQUE_KEY
         columns = table.schema.columns
         floats = any(pa.types.is_floating(columns.field(i).type) for i in view.identity_indices)
-        self.identity: Callable[[Sequence[Any]], Row] = _getter(view.identity_indices, floats)
-        self.join_key: Callable[[Sequence[Any]], Row] = _getter(view.join_key_indices, floats)
+        self.identity: Callable[[Row], Row] = _getter(view.identity_indices, floats)
+        self.join_key: Callable[[Row], Row] = _getter(view.join_key_indices, floats)
         #: A key column is a float: held keys fold its NaNs into one value.
         self.floats = floats
         #: Held keys are the rows' key values as they are, and a join key
-        #: may have many rows: a table read whole can wait to make a join
-        #: key's records until they are asked for (:meth:`_defer`).
+        #: may have many rows: a table read whole can wait to list a join
+        #: key's rows until they are asked for (:meth:`_defer`).
         self.plain = not floats and not self.one_per_join_key
-        self.by_identity: dict[Row, Record] = {}
-        self.by_join_key: dict[Row, list[Record]] = {}
-        #: Join keys whose list took a record at its end since it was sorted.
+        #: Every key column ascending, of an integer or string type: the key
+        #: bytes sort as the key values do (UTF-8 keeps code point order),
+        #: so a join key's rows sort by their identities with nothing encoded.
+        self.natural_order = all(
+            k.direction is Direction.ASC and _natural(columns.field(k.name).type)
+            for k in table.schema.primary_key
+        )
+        #: The row the state table holds for a row and its counts
+        #: (:meth:`~operators.join._views.JoinStateView.stored_row`), picked once.
+        self.stored_row = _stored_row(*(at is not None for at in view.counts_at))
+        # The held rows, one index each; only ever changed in place, as
+        # the handles' getters below are bound to them.
+        self._rows: list[Row] = []
+        self._appearances: list[int] = []
+        self._associations: list[int] = []
+        self.row: Callable[[int], Row] = self._rows.__getitem__
+        self.appearances: Callable[[int], int] = self._appearances.__getitem__
+        self.associations: Callable[[int], int] = self._associations.__getitem__
+        self.by_identity: dict[Row, int] = {}
+        self.by_join_key: dict[Row, tuple[int, ...]] = {}
+        #: Join keys whose rows took a row at their end since sorted.
         self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
-        #: Join keys of a table read whole whose records are not made yet,
-        #: each with its run of rows in :attr:`_deferred` (:meth:`_defer`).
+        #: Join keys of a table read whole whose rows are not listed yet,
+        #: each with its run of indices (:meth:`_defer`).
         self.pending: dict[Row, tuple[int, int]] = {}
-        self._deferred: tuple[list[Row], list[Any] | None, list[Any] | None] = ([], None, None)
-        #: Records written since the last flush.
-        self.written: set[Record] = set()
-        #: The last row :meth:`find` looked for, and its identity.
-        self._found: tuple[Row, Row] = ((), ())
+        #: The rows written since the last flush, each with its row as the
+        #: state table holds it (``None``: it does not).
+        self.written: dict[int, Row | None] = {}
+        #: The last row :meth:`find` looked for, its identity and join key.
+        self._found_row: Row = ()
+        self._found_key: Row = ()
+        self._found_join_key: Row = ()
         #: The operations as issued since the last flush (the table's
         #: metrics) and the view's counters, as record at a time counts them.
         self.inserted = self.updated = self.deleted = 0
@@ -149,34 +173,53 @@ class HeldSide:
 
     # -- bulk reads -----------------------------------------------------------------
 
-    def _hold(self, stored_rows: pa.RecordBatch) -> tuple[list[Record], list[Row]]:
-        """The records of the table rows ``stored_rows`` and their join keys:
-        the records held already (the same, as nothing else wrote the
-        table), else new ones. Column at a time, not row at a time."""
-        n = stored_rows.num_rows
-        if not n:
+    def _columns(self, stored_rows: pa.RecordBatch) -> tuple[list[list[Any]], list[Row]]:
+        """The columns of the table rows ``stored_rows`` as Python lists, and
+        their input rows."""
+        columns = [c.to_pylist() for c in stored_rows.columns]
+        rows: list[Row] = list(zip(*columns[: self.view.width], strict=True))
+        return columns, rows
+
+    def _extend(self, columns: list[list[Any]], rows: list[Row]) -> None:
+        """Hold ``rows`` (with their counts in ``columns``) at the next indices."""
+        n = len(rows)
+        at = self.view.counts_at
+        self._rows.extend(rows)
+        self._appearances.extend([1] * n if at[0] is None else columns[at[0]])
+        self._associations.extend([-1] * n if at[1] is None else columns[at[1]])
+
+    def _hold(self, stored_rows: pa.RecordBatch) -> tuple[list[int], list[Row]]:
+        """The rows of the table rows ``stored_rows`` and their join keys:
+        those held already (the same, as nothing else wrote the table),
+        else held now. Column at a time, not row at a time."""
+        if not stored_rows.num_rows:
             return [], []
         view = self.view
-        columns = [c.to_pylist() for c in stored_rows.columns]
-        rows: list[Row] = list(zip(*columns[: view.width], strict=True))
-        stored = list(zip(*columns, strict=True)) if len(columns) > view.width else rows
-        at = view.counts_at
-        appearances = repeat(1) if at[0] is None else columns[at[0]]
-        associations = repeat(-1) if at[1] is None else columns[at[1]]
+        columns, rows = self._columns(stored_rows)
         if self.floats:
             keys = list(map(self.identity, rows))
             join_keys = list(map(self.join_key, rows))
         else:
             keys = list(zip(*[columns[i] for i in view.identity_indices], strict=True))
             join_keys = list(zip(*[columns[i] for i in view.join_key_indices], strict=True))
-        read = dict(zip(keys, map(Record, rows, appearances, associations, stored), strict=False))
         held = self.by_identity
         if not held:
-            self.by_identity = held = read
+            start = len(self._rows)
+            self._extend(columns, rows)
+            held.update(zip(keys, range(start, start + len(rows)), strict=True))
         else:
-            setdefault = held.setdefault
-            for key, record in read.items():
-                setdefault(key, record)
+            at = view.counts_at
+            held_rows, appearances, associations = (
+                self._rows,
+                self._appearances,
+                self._associations,
+            )
+            for i, key in enumerate(keys):
+                if key not in held:
+                    held[key] = len(held_rows)
+                    held_rows.append(rows[i])
+                    appearances.append(1 if at[0] is None else columns[at[0]][i])
+                    associations.append(-1 if at[1] is None else columns[at[1]][i])
         return list(map(held.__getitem__, keys)), join_keys
 
     def load_identities(self, rows: Sequence[Row], batch: pa.RecordBatch) -> None:
@@ -237,19 +280,18 @@ class HeldSide:
             stored_rows = self._only(table.scan_batch(), values)
         else:
             stored_rows = table.scan_ranges((k, None, None) for k in values)
-        found = self.by_join_key
-        for key in wanted:
-            found[key] = []
+        found: dict[Row, list[int]] = {key: [] for key in wanted}
         # Each scan comes in key order: appending keeps a list in order.
-        records, keys = self._hold(stored_rows)
-        for key, record in zip(keys, records, strict=True):
+        indices, keys = self._hold(stored_rows)
+        for key, i in zip(keys, indices, strict=True):
             under = found.get(key)
             if under is not None:  # else equal in Arrow, not in the key bytes
-                under.append(record)
+                under.append(i)
+        self.by_join_key.update((key, tuple(under)) for key, under in found.items())
 
     def load_all(self) -> None:
         """Read the whole table (one scan, decoded once). On a :attr:`plain`
-        side that holds nothing yet, a join key's records are made when the
+        side that holds nothing yet, a join key's rows are listed when the
         rules first ask for it (:meth:`_defer`)."""
         if self.complete:
             return
@@ -257,69 +299,47 @@ class HeldSide:
         if self.plain and not self.by_identity and not self.by_join_key:
             self._defer(self.table.scan_batch())
             return
-        records, join_keys = self._hold(self.table.scan_batch())
+        indices, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
             return
         self.unsorted.clear()
         # A scan comes in key order, the join key first: a join key's
-        # records are in a run, in order.
-        found: dict[Row, list[Record]] = {}
-        self.by_join_key = found
-        for key, record in zip(join_keys, records, strict=True):
+        # rows are in a run, in order.
+        found: dict[Row, list[int]] = {}
+        for key, i in zip(join_keys, indices, strict=True):
             under = found.get(key)
             if under is None:
-                found[key] = [record]
+                found[key] = [i]
             else:
-                under.append(record)
+                under.append(i)
+        self.by_join_key = {key: tuple(under) for key, under in found.items()}
 
     def _defer(self, stored_rows: pa.RecordBatch) -> None:
-        """Keep the rows of the whole table as tuples and each join key's
-        run of them (a scan comes in key order, the join key first), and
-        make no record: a micro-batch touches a few of a table's join keys,
-        and every record made is a Python object the garbage collector
-        walks for as long as it is held."""
+        """Hold the rows of the whole table and map their identities (one
+        loop in C), and note each join key's run of them (a scan comes in
+        key order, the join key first), but list no join key yet: a join
+        key's tuple is made when it is first asked for (:meth:`take`)."""
         if not stored_rows.num_rows:
             return
-        view = self.view
-        columns = [c.to_pylist() for c in stored_rows.columns]
-        at = view.counts_at
-        self._deferred = (
-            list(zip(*columns[: view.width], strict=True)),
-            None if at[0] is None else columns[at[0]],
-            None if at[1] is None else columns[at[1]],
-        )
-        indices = view.join_key_indices
-        one = len(indices) == 1
-        # One value per row for a one-column join key: a tuple only per run.
-        values: Iterable[Any] = (
-            columns[indices[0]] if one else zip(*[columns[i] for i in indices], strict=True)
-        )
-        runs = self.pending
-        start = 0
-        last: Any = None
-        value: Any
-        for i, value in enumerate(values):
-            if i and value != last:
-                runs[(last,) if one else last] = (start, i)
-                start = i
-            last = value
-        runs[(last,) if one else last] = (start, stored_rows.num_rows)
+        columns, rows = self._columns(stored_rows)
+        self._extend(columns, rows)  # the side holds nothing: indices from 0
+        keys = zip(*[columns[i] for i in self.view.identity_indices], strict=True)
+        self.by_identity.update(zip(keys, range(len(rows)), strict=True))
+        self.pending.update(_runs([stored_rows.column(i) for i in self.view.join_key_indices]))
 
-    def take(self, join_key: Row) -> list[Record]:
-        """The records of a pending join key (:attr:`pending`), made now and
-        held under it and their identities, in key order."""
+    def take(self, join_key: Row) -> tuple[int, ...]:
+        """The rows of a pending join key (:attr:`pending`), listed now under
+        it, in key order."""
         start, stop = self.pending.pop(join_key)
-        rows, appearances, associations = self._deferred
-        stored_row, identity, held = self.view.stored_row, self.identity, self.by_identity
-        records = []
-        for i in range(start, stop):
-            row = rows[i]
-            a = 1 if appearances is None else appearances[i]
-            c = -1 if associations is None else associations[i]
-            record = held[identity(row)] = Record(row, a, c, stored_row(row, a, c))
-            records.append(record)
-        self.by_join_key[join_key] = records
-        return records
+        listed = self.by_join_key[join_key] = tuple(range(start, stop))
+        return listed
+
+    def _listed(self, join_key: Row) -> tuple[int, ...] | None:
+        """The rows listed under ``join_key`` (``None``: not held whole)."""
+        under = self.by_join_key.get(join_key)
+        if under is None and join_key in self.pending:
+            return self.take(join_key)
+        return under
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -345,111 +365,129 @@ class HeldSide:
 
     # -- what the emit rules call ----------------------------------------------------
 
-    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
-        """The record in the side with ``row``'s identity."""
-        if self.pending:
-            join_key = self.join_key(row)
-            if join_key in self.pending:
-                self.take(join_key)
+    def find(self, ctx: OperatorContext, row: Row, join_key: Row) -> int | None:
+        """The row in the side with ``row``'s identity (``join_key``: its
+        join key)."""
+        if self.floats:
+            join_key = _one_nan(join_key)
         key = self.identity(row)
-        # The rules add the row they found nothing for next: its identity
-        # is then at hand.
-        self._found = row, key
-        record = self.by_identity.get(key)
-        return record if record is not None and record.appearances else None
+        # The rules add the row they found nothing for next: its keys are
+        # then at hand (kept apart: no tuple made per input row).
+        self._found_row, self._found_key, self._found_join_key = row, key, join_key
+        i = self.by_identity.get(key)
+        return i if i is not None and self._appearances[i] else None
 
-    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
-        """The records in the side with ``join_key``, in key order."""
+    def records(self, ctx: OperatorContext, join_key: Row) -> Sequence[int]:
+        """The rows in the side with ``join_key``, in key order."""
         if self.floats:
             join_key = _one_nan(join_key)
         if self.one_per_join_key:
-            record = self.by_identity.get(join_key)
-            return [record] if record is not None and record.appearances else []
-        if join_key in self.pending:
-            return self.take(join_key)
+            i = self.by_identity.get(join_key)
+            return (i,) if i is not None and self._appearances[i] else ()
         under = self.by_join_key.get(join_key)
         if under is None:
-            return []  # the table is held whole, and has none
-        if join_key in self.unsorted:
+            if join_key not in self.pending:
+                return ()  # the table is held whole, and has none
+            under = self.take(join_key)
+        elif join_key in self.unsorted:
             self.unsorted.discard(join_key)
-            encode, identity = self.table.keys.encode, self.view.identity
-            under.sort(key=lambda r: encode(identity(r.row)))
+            under = self.by_join_key[join_key] = self._in_key_order(under)
         return under
 
-    def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
-        """One more appearance of ``row`` (replacing ``found``, the record
-        with its identity, if any) with ``associations``."""
+    def _in_key_order(self, under: tuple[int, ...]) -> tuple[int, ...]:
+        """Rows ``under`` in the order of their keys in the table."""
+        identity, rows = self.identity, self._rows
+        if self.natural_order:
+            try:
+                return tuple(sorted(under, key=lambda i: identity(rows[i])))
+            except TypeError:  # a null beside a value: the key bytes order them
+                pass
+        encode = self.table.keys.encode
+        return tuple(sorted(under, key=lambda i: encode(self.view.identity(rows[i]))))
+
+    def _write(self, i: int) -> None:
+        """Note the row as the table holds it before ``i``'s first change
+        since the last flush."""
+        if i not in self.written:
+            a = self._appearances[i]
+            self.written[i] = (
+                self.stored_row(self._rows[i], a, self._associations[i]) if a else None
+            )
+
+    def add(self, ctx: OperatorContext, row: Row, found: int | None, associations: int) -> None:
+        """One more appearance of ``row`` (replacing ``found``, the row with
+        its identity, if any) with ``associations``."""
         if found is None:
-            last_row, key = self._found
-            if row is not last_row:
-                key = self.identity(row)
-            record = self.by_identity.get(key)
-            if record is None:
-                record = self.by_identity[key] = Record(row, 1, associations, None)
+            if row is self._found_row:
+                key, join_key = self._found_key, self._found_join_key
+            else:
+                key, join_key = self.identity(row), self.join_key(row)
+            i = self.by_identity.get(key)
+            if i is None:
+                i = self.by_identity[key] = len(self._rows)
+                self._rows.append(row)
+                self._appearances.append(1)
+                self._associations.append(associations)
+                self.written[i] = None
             else:  # held, and gone from the side since
-                record.row, record.appearances, record.associations = row, 1, associations
-            self._under_join_key(record)
+                self._write(i)
+                self._rows[i], self._appearances[i], self._associations[i] = row, 1, associations
+            # Listed back in the side under its join key, if that join key
+            # is held whole (else read from the table when asked for, after a
+            # flush); sorted when next read.
+            if not self.one_per_join_key:
+                under = self._listed(join_key)
+                if under:
+                    self.by_join_key[join_key] = (*under, i)
+                    self.unsorted.add(join_key)
+                elif under is not None or self.complete:
+                    self.by_join_key[join_key] = (i,)
             self.inserted += 1
         else:
-            record = found
-            record.row, record.associations = row, associations
+            self._write(found)
+            self._rows[found], self._associations[found] = row, associations
             if not self.has_unique_key:
-                record.appearances += 1
+                self._appearances[found] += 1
             self.updated += 1
-        self.written.add(record)
 
-    def _under_join_key(self, record: Record) -> None:
-        """List a record back in the side under its join key, if that join
-        key is held whole; sorted when next read."""
-        if self.one_per_join_key:
-            return
-        key = self.join_key(record.row)
-        under = self.by_join_key.get(key)
-        if under is None:
-            if not self.complete:
-                return  # read from the table, after a flush, when asked for
-            under = self.by_join_key[key] = []
-        under.append(record)
-        if len(under) > 1:
-            self.unsorted.add(key)
-
-    def retract(self, ctx: OperatorContext, found: Record) -> None:
-        """Remove one appearance of a record."""
-        if found.appearances > 1:
-            found.appearances -= 1
+    def retract(self, ctx: OperatorContext, found: int) -> None:
+        """Remove one appearance of a row."""
+        self._write(found)
+        if self._appearances[found] > 1:
+            self._appearances[found] -= 1
             self.updated += 1
         else:
-            found.appearances = 0
+            self._appearances[found] = 0
             self.deleted += 1
             if not self.one_per_join_key:
-                under = self.by_join_key.get(self.join_key(found.row))
+                key = self.join_key(self._rows[found])
+                under = self._listed(key)
                 if under is not None:
-                    under.remove(found)
-        self.written.add(found)
+                    self.by_join_key[key] = tuple([i for i in under if i != found])
 
-    def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
-        """A new number of associations for an outer side's record."""
-        record.associations = associations
+    def set_associations(self, ctx: OperatorContext, record: int, associations: int) -> None:
+        """A new number of associations for an outer side's row."""
+        if record not in self.written:  # self._write(record), inline: once per match
+            a = self._appearances[record]
+            self.written[record] = (
+                self.stored_row(self._rows[record], a, self._associations[record]) if a else None
+            )
+        self._associations[record] = associations
         self.updated += 1
-        self.written.add(record)
 
     # -- the write --------------------------------------------------------------------
 
     def flush(self, ctx: OperatorContext) -> None:
-        """Write each written record's net change: one batch insert, update
+        """Write each written row's net change: one batch insert, update
         and delete; count the operations as record at a time issues them."""
         inserts: list[Row] = []
         updates: list[Row] = []
         deletes: list[Row] = []
-        stored_row = self.view.stored_row
-        for record in self.written:
-            old = record.stored
-            now = (
-                stored_row(record.row, record.appearances, record.associations)
-                if record.appearances
-                else None
-            )
-            record.stored = now
+        stored_row = self.stored_row
+        rows, appearances, associations = self._rows, self._appearances, self._associations
+        for i, old in self.written.items():
+            a = appearances[i]
+            now = stored_row(rows[i], a, associations[i]) if a else None
             if now == old:
                 continue
             if old is None:
@@ -474,6 +512,43 @@ class HeldSide:
         self.inserted = self.updated = self.deleted = 0
         self.written.clear()
         self._seen = self._signature()
+
+
+def _natural(data_type: pa.DataType) -> bool:
+    """Whether values of ``data_type`` sort in Python as their key bytes do."""
+    t = pa.types
+    return bool(t.is_integer(data_type) or t.is_string(data_type) or t.is_large_string(data_type))
+
+
+def _stored_row(appearances: bool, associations: bool) -> Callable[[Row, int, int], Row]:
+    """A row as the state table holds it, with the counts its side keeps."""
+    if appearances and associations:
+        return lambda row, a, c: (*row, a, c)
+    if appearances:
+        return lambda row, a, c: (*row, a)
+    if associations:
+        return lambda row, a, c: (*row, c)
+    return lambda row, a, c: row
+
+
+def _runs(columns: list[pa.Array]) -> Iterable[tuple[Row, tuple[int, int]]]:
+    """Each run of equal keys in ``columns`` (the key's columns, in key
+    order: equal keys in a run) with its first and past-last position; a
+    null equals a null, as in the key bytes. In Arrow, not row by row."""
+    n = len(columns[0])
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for column in columns:
+        after, before = column.slice(1), column.slice(0, n - 1)
+        differs = pc.not_equal(after, before)
+        differs = pc.if_else(
+            pc.is_null(differs), pc.xor(pc.is_null(after), pc.is_null(before)), differs
+        )
+        changed |= differs.to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+    stops = np.append(starts[1:], n)
+    at = pa.array(starts)
+    keys = zip(*[column.take(at).to_pylist() for column in columns], strict=True)
+    return zip(keys, zip(starts.tolist(), stops.tolist(), strict=True), strict=True)
 
 
 def _batch(schema: pa.Schema, rows: Sequence[Row]) -> pa.RecordBatch:

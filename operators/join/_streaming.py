@@ -38,7 +38,7 @@ from operators._operator import Operator, OperatorContext
 from operators.join._batch import HeldSide, read_whole
 from operators.join._metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
-from operators.join._views import JoinStateView, Record, SideRows
+from operators.join._views import H, JoinStateView, SideRows
 from statestore import ConsistencyMode
 
 __all__ = ["StreamingJoin"]
@@ -46,7 +46,7 @@ __all__ = ["StreamingJoin"]
 Row = tuple[Any, ...]
 Condition = Callable[[Row, Row], bool]
 
-INS, DEL = RowKind.INSERT, RowKind.DELETE
+INS, DEL, UPSERT = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER
 
 #: When each side with a TTL is next swept for expired rows.
 _SWEEPS = TableSchema(
@@ -172,8 +172,8 @@ class StreamingJoin(Operator):
         columns = [batch.column(n).to_pylist() for n in names]
         rows: list[Row] = list(zip(*columns, strict=True))
         own, theirs = self._held_side(ctx, side), self._held_side(ctx, 1 - side)
-        join_key = self.views[side].join_key
-        join_keys = {join_key(row) for row in rows}
+        keys = list(map(self._join_key[side], rows))
+        join_keys = set(keys)
         if not self.null_safe:
             join_keys = {k for k in join_keys if None not in k}
         # Many keys for the table's rows: one read of the whole table beats
@@ -189,8 +189,8 @@ class StreamingJoin(Operator):
         else:
             theirs.load_join_keys(join_keys)
         states = (own, theirs) if side == LEFT else (theirs, own)
-        for kind, row in zip(row_kinds(batch), rows, strict=True):
-            self._row(ctx, states, row, kind, side)
+        for kind, row, key in zip(row_kinds(batch), rows, keys, strict=True):
+            self._row(ctx, states, row, key, kind, side)
         own.flush(ctx)
         theirs.flush(ctx)
 
@@ -210,27 +210,26 @@ class StreamingJoin(Operator):
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
         left, right = self.views
-        self._row(ctx, (left, right), row, kind, side)
+        self._row(ctx, (left, right), row, self._join_key[side](row), kind, side)
 
     def _row(
         self,
         ctx: OperatorContext,
-        states: tuple[SideRows, SideRows],
+        states: tuple[SideRows[H], SideRows[H]],
         row: Row,
+        key: Row,
         kind: RowKind,
         side: int,
     ) -> None:
-        """The emit rules for one input row of ``side``, over each side's
-        rows in ``states`` (its view record at a time, its held rows on the
-        batch path)."""
+        """The emit rules for one input row of ``side`` with join key
+        ``key``, over each side's rows in ``states`` (its view record at a
+        time, its held rows on the batch path)."""
         view, other = states[side], states[1 - side]
-        found = view.find(ctx, row)
-        key = self._join_key[side](row)
-        if not self.null_safe and None in key:
-            candidates: list[Record] = []
-        else:
-            candidates = other.records(ctx, key)
-        accumulate = kind.is_accumulate
+        found = view.find(ctx, row, key)
+        candidates: Sequence[H] = (
+            () if not self.null_safe and None in key else other.records(ctx, key)
+        )
+        accumulate = kind is INS or kind is UPSERT  # kind.is_accumulate, inline
         if accumulate and found is not None and view.has_unique_key:
             self._replace(ctx, states, side, row, kind, found, candidates)
             return
@@ -238,32 +237,37 @@ class StreamingJoin(Operator):
             if found is None:
                 ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
             else:  # with a unique key, retract what is stored under it
-                row = found.row
+                row = view.row(found)
         self._apply(ctx, states, side, row, kind, accumulate, found, candidates)
 
-    def _matches(self, side: int, row: Row, candidates: list[Record]) -> list[Record]:
+    def _matches(
+        self, other: SideRows[H], side: int, row: Row, candidates: Sequence[H]
+    ) -> Sequence[H]:
         condition = self.condition
         if condition is None:
             return candidates
+        row_of = other.row
         if side == LEFT:
-            return [m for m in candidates if condition(row, m.row)]
-        return [m for m in candidates if condition(m.row, row)]
+            return [m for m in candidates if condition(row, row_of(m))]
+        return [m for m in candidates if condition(row_of(m), row)]
 
     def _apply(
         self,
         ctx: OperatorContext,
-        states: tuple[SideRows, SideRows],
+        states: tuple[SideRows[H], SideRows[H]],
         side: int,
         row: Row,
         kind: RowKind,
         accumulate: bool,
-        found: Record | None,
-        candidates: list[Record],
+        found: H | None,
+        candidates: Sequence[H],
     ) -> None:
         """Accumulate or retract ``row`` (not an upsert): pad or unpad it on
         an outer side, gain or lose each match, store or remove it."""
         view, other = states[side], states[1 - side]
-        matches = candidates if self.condition is None else self._matches(side, row, candidates)
+        matches = (
+            candidates if self.condition is None else self._matches(other, side, row, candidates)
+        )
         padded = INS if accumulate else DEL
         joined = padded if view.outer or other.outer else kind
         emit = ctx.emit
@@ -277,31 +281,33 @@ class StreamingJoin(Operator):
             if other.has_unique_key:
                 view.add(ctx, row, found, len(matches))
             else:
-                view.add(ctx, row, found, sum(m.appearances for m in matches))
+                view.add(ctx, row, found, sum(map(other.appearances, matches)))
         elif found is not None:
             view.retract(ctx, found)
 
     def _gain(
-        self, ctx: OperatorContext, other: SideRows, side: int, row: Row, m: Record, kind: RowKind
+        self, ctx: OperatorContext, other: SideRows[H], side: int, row: Row, m: H, kind: RowKind
     ) -> None:
         """``row`` newly matches ``m`` (a row of ``other``): per appearance of
         ``m``, retract its padded row if it had no association, emit the
         pair; count it."""
         emit = ctx.emit
-        pair = row + m.row if side == LEFT else m.row + row
+        m_row = other.row(m)
+        pair = row + m_row if side == LEFT else m_row + row
         if other.outer:
-            padded = m.row + self._nulls[1] if side == RIGHT else self._nulls[0] + m.row
-            for _ in range(m.appearances):
-                if m.associations == 0:
+            padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
+            associations = other.associations(m)
+            for _ in range(other.appearances(m)):
+                if associations == 0:
                     emit(padded, DEL)
                 emit(pair, kind)
-            other.set_associations(ctx, m, m.associations + 1)
+            other.set_associations(ctx, m, associations + 1)
         else:
-            for _ in range(m.appearances):
+            for _ in range(other.appearances(m)):
                 emit(pair, kind)
 
     def _lose(
-        self, ctx: OperatorContext, other: SideRows, side: int, row: Row, m: Record, kind: RowKind
+        self, ctx: OperatorContext, other: SideRows[H], side: int, row: Row, m: H, kind: RowKind
     ) -> None:
         """``row`` no longer matches ``m`` (a row of ``other``): per
         appearance of ``m``, retract the pair and pad ``m`` if that was its
@@ -309,36 +315,38 @@ class StreamingJoin(Operator):
         no pair to retract: only a row that was never stored (or expired)
         can meet it here."""
         emit = ctx.emit
-        pair = row + m.row if side == LEFT else m.row + row
+        m_row = other.row(m)
+        pair = row + m_row if side == LEFT else m_row + row
         if other.outer:
-            if m.associations <= 0:
+            associations = other.associations(m)
+            if associations <= 0:
                 return
-            padded = m.row + self._nulls[1] if side == RIGHT else self._nulls[0] + m.row
-            for _ in range(m.appearances):
+            padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
+            for _ in range(other.appearances(m)):
                 emit(pair, kind)
-                if m.associations == 1:
+                if associations == 1:
                     emit(padded, INS)
-            other.set_associations(ctx, m, m.associations - 1)
+            other.set_associations(ctx, m, associations - 1)
         else:
-            for _ in range(m.appearances):
+            for _ in range(other.appearances(m)):
                 emit(pair, kind)
 
     def _replace(
         self,
         ctx: OperatorContext,
-        states: tuple[SideRows, SideRows],
+        states: tuple[SideRows[H], SideRows[H]],
         side: int,
         row: Row,
         kind: RowKind,
-        found: Record,
-        candidates: list[Record],
+        found: H,
+        candidates: Sequence[H],
     ) -> None:
         """An upsert: ``row`` replaces ``found``, the stored row with its unique
         key. A match of both is not an additional association."""
         view, other = states[side], states[1 - side]
-        old = found.row
-        new_matches = set(self._matches(side, row, candidates))
-        old_matches = set(self._matches(side, old, candidates))
+        old = view.row(found)
+        new_matches = set(self._matches(other, side, row, candidates))
+        old_matches = set(self._matches(other, side, old, candidates))
         outer = view.outer or other.outer
         pad = self._nulls[1 - side]
         if view.outer and new_matches and not old_matches:
@@ -347,10 +355,11 @@ class StreamingJoin(Operator):
         for m in candidates:
             is_new, was_old = m in new_matches, m in old_matches
             if is_new:
-                associations += m.appearances
+                associations += other.appearances(m)
             if is_new and was_old:
-                pair = row + m.row if side == LEFT else m.row + row
-                for _ in range(m.appearances):
+                m_row = other.row(m)
+                pair = row + m_row if side == LEFT else m_row + row
+                for _ in range(other.appearances(m)):
                     ctx.emit(pair, INS if outer else kind)
             elif is_new:
                 self._gain(ctx, other, side, row, m, INS if outer else kind)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
-from typing import Any, Protocol
+from operator import attrgetter, itemgetter
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -36,9 +36,13 @@ from operators._ttl import expired, expiry_time
 from operators.errors import InputError
 from operators.join._metrics import EXPIRED, REMOVED, UPDATED, side_metric
 
-__all__ = ["JoinStateView", "Record", "SideRows", "ViewKind", "values_at"]
+__all__ = ["H", "JoinStateView", "Record", "SideRows", "ViewKind", "values_at"]
 
 Row = tuple[Any, ...]
+
+#: How a side names one of its rows to the emit rules: a :class:`Record`
+#: record at a time, a row index on the batch path.
+H = TypeVar("H")
 
 #: Which counts a side's stored rows carry after the input columns.
 _NO_COUNTS, _APPEARANCES_ONLY, _ASSOCIATIONS_ONLY, _BOTH_COUNTS = "", "a", "c", "ac"
@@ -48,12 +52,15 @@ ASSOCIATIONS = "__associations"
 WRITTEN = "__written_ms"
 
 
-def values_at(indices: Sequence[int]) -> Callable[[Sequence[Any]], Row]:
-    """The values at ``indices`` of a row, as a tuple."""
+def values_at(indices: Sequence[int]) -> Callable[[Row], Row]:
+    """The values at ``indices`` of a row (a tuple), as a tuple: a getter
+    in C, called a few times per input row."""
     if len(indices) == 1:
         (at,) = indices
-        return lambda row: (row[at],)
-    get: Callable[[Sequence[Any]], Row] = itemgetter(*indices)
+        # A tuple's slice is a tuple.
+        one: Callable[[Row], Row] = itemgetter(slice(at, at + 1))
+        return one
+    get: Callable[[Row], Row] = itemgetter(*indices)
     return get
 
 
@@ -81,10 +88,13 @@ class Record:
     stored: Row | None
 
 
-class SideRows(Protocol):
+class SideRows(Protocol[H]):
     """A side's rows as the emit rules read and write them: a
     :class:`JoinStateView` on the state table, record at a time, or the rows
-    a batch holds (:class:`~operators.join._batch.HeldSide`)."""
+    a batch holds (:class:`~operators.join._batch.HeldSide`). The rules name
+    a row by a handle of the side's own (``H``: a :class:`Record`, or an
+    index into the held rows) and read its row and counts through the side,
+    so that the batch path needs no Python object per row."""
 
     @property
     def name(self) -> str: ...
@@ -95,20 +105,33 @@ class SideRows(Protocol):
     @property
     def has_unique_key(self) -> bool: ...
 
-    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
-        """The record in the side with ``row``'s identity."""
+    @property
+    def row(self) -> Callable[[H], Row]:
+        """The input row of a handle."""
 
-    def records(self, ctx: OperatorContext, join_key: Row) -> list[Record]:
-        """The records in the side with ``join_key``, in key order."""
+    @property
+    def appearances(self) -> Callable[[H], int]:
+        """How many times a handle's row is in the side."""
 
-    def add(self, ctx: OperatorContext, row: Row, found: Record | None, associations: int) -> None:
+    @property
+    def associations(self) -> Callable[[H], int]:
+        """A handle's rows of the other side that match it (outer sides)."""
+
+    def find(self, ctx: OperatorContext, row: Row, join_key: Row) -> H | None:
+        """The row in the side with ``row``'s identity (``join_key``: its
+        join key)."""
+
+    def records(self, ctx: OperatorContext, join_key: Row) -> Sequence[H]:
+        """The rows in the side with ``join_key``, in key order."""
+
+    def add(self, ctx: OperatorContext, row: Row, found: H | None, associations: int) -> None:
         """One more appearance of ``row``, replacing ``found``."""
 
-    def retract(self, ctx: OperatorContext, found: Record) -> None:
+    def retract(self, ctx: OperatorContext, found: H) -> None:
         """One appearance of ``found`` less."""
 
-    def set_associations(self, ctx: OperatorContext, record: Record, associations: int) -> None:
-        """A new number of associations for an outer side's record."""
+    def set_associations(self, ctx: OperatorContext, record: H, associations: int) -> None:
+        """A new number of associations for an outer side's row."""
 
 
 class JoinStateView:
@@ -145,6 +168,10 @@ class JoinStateView:
         if ttl_ms is not None and ttl_ms <= 0:
             raise InputError(f"the {name} TTL is a number of milliseconds > 0, got {ttl_ms}")
         self.name = name
+        #: A record's row and counts (:class:`SideRows`).
+        self.row: Callable[[Record], Row] = attrgetter("row")
+        self.appearances: Callable[[Record], int] = attrgetter("appearances")
+        self.associations: Callable[[Record], int] = attrgetter("associations")
         self._updated = side_metric(name, UPDATED)
         self._removed = side_metric(name, REMOVED)
         self._expired_metric = side_metric(name, EXPIRED)
@@ -154,7 +181,7 @@ class JoinStateView:
         names = schema.names
         self._jk = tuple(names.index(c) for c in join_key)
         #: The join key of an input row, as a tuple.
-        self.join_key: Callable[[Sequence[Any]], Row] = values_at(self._jk)
+        self.join_key: Callable[[Row], Row] = values_at(self._jk)
         if not unique:
             self.kind = ViewKind.INPUT_SIDE_HAS_NO_UNIQUE_KEY
             rest = [c for c in names if c not in join_key]
@@ -262,7 +289,7 @@ class JoinStateView:
 
     # -- reads ---------------------------------------------------------------------
 
-    def find(self, ctx: OperatorContext, row: Row) -> Record | None:
+    def find(self, ctx: OperatorContext, row: Row, join_key: Row) -> Record | None:
         """The live stored record with ``row``'s identity: the same unique key,
         or, without one, the same row."""
         table = ctx.table(self.name)

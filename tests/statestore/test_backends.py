@@ -115,6 +115,15 @@ class TestRocksDBBackend:
             gc.collect()
             assert [k[1] for k, _ in it] == [2, 3, 4, 5, 6, 7]
 
+    def test_count_is_the_keys_in_range(self, tmp_path: Path) -> None:
+        """count() gives how many keys keys() yields for the same bounds, deletes left out."""
+        with RocksDBBackend(tmp_path / "db") as db:
+            _fill(db)
+            db.write([(bytes([1, 4]), None)], [(bytes([1, 7]), bytes([1, 9]))])
+            for lower, upper in [(b"", None), (bytes([1, 2]), bytes([1, 8])), (b"\x02", None)]:
+                assert db.count(lower, upper) == len(list(db.keys(lower, upper)))
+            assert db.count(bytes([1, 2]), bytes([1, 8])) == 4
+
     def test_checkpoint_copies_state(self, tmp_path: Path) -> None:
         """checkpoint() writes a directory that opens as the same database."""
         with RocksDBBackend(tmp_path / "db") as db:

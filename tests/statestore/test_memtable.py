@@ -92,3 +92,21 @@ class TestMemTable:
         dropped = mem.drop_range(b"a", b"c")
         assert [k for k, _ in dropped] == [b"a", b"b"]
         assert len(mem) == 1 and b"c" in mem
+
+    @pytest.mark.parametrize("blind", [False, True])
+    def test_insert_many_merges_as_inserts_one_at_a_time(self, blind: bool) -> None:
+        """insert_many of new keys, a key twice, or touched keys equals inserts one by one."""
+        batches = [
+            ([b"b", b"a"], [b"1", b"2"]),
+            ([b"c", b"d", b"c"], [b"3", b"4", b"5"]),
+            ([b"e", b"a"], [b"6", b"7"]),
+        ]
+        mem, one_by_one = MemTable(blind), MemTable(blind)
+        mem.range(b"", None)  # an ordered read first: later keys wait to be sorted
+        one_by_one.range(b"", None)
+        for keys, values in batches:
+            conflicts = mem.insert_many(keys, values)
+            expected = [k for k, v in zip(keys, values, strict=True) if not one_by_one.insert(k, v)]
+            assert conflicts == expected
+        assert mem.range(b"", None) == one_by_one.range(b"", None)
+        assert (mem.inserts, mem.deletes) == (one_by_one.inserts, one_by_one.deletes) == (5, 0)

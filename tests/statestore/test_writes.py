@@ -77,3 +77,60 @@ class TestWrites:
         assert list(by_list.items()) == [(b"\x01a", b"1"), (b"\x01c", b"3"), (b"\x02", b"")]
         by_list.close()
         by_writes.close()
+
+    @given(
+        ops=st.integers(1, 20)
+        .flatmap(
+            lambda width: st.dictionaries(
+                st.binary(min_size=width, max_size=width).map(
+                    lambda k: b"\x00\x07" + k.replace(b"\x01", b"\x00")
+                ),
+                values,
+                max_size=60,
+            )
+        )
+        .map(lambda d: list(d.items()))
+    )
+    def test_keys_of_one_width_sort_as_unsigned_bytes(
+        self, ops: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """Keys of one width (zero bytes inside and at the end) sort as unsigned bytes, distinct."""
+        writes = Writes.in_key_order([k for k, _ in ops], [v for _, v in ops])
+        assert list(writes) == sorted(ops, key=lambda op: op[0])
+        assert writes.distinct and writes[1:].distinct
+        assert not Writes.of(ops).distinct
+
+    def test_concat_lays_parts_one_after_another(self) -> None:
+        """concat joins batches in order, distinct only when said and every part is."""
+        first = Writes.in_key_order([b"\x01b", b"\x01a"], [b"2", None])
+        second = Writes.in_key_order([b"\x02a"], [b"3"])
+        joined = Writes.concat([first, second], distinct=True)
+        assert list(joined) == [(b"\x01a", None), (b"\x01b", b"2"), (b"\x02a", b"3")]
+        assert joined.distinct
+        assert not Writes.concat([first, Writes.of([(b"\x03", b"")])], distinct=True).distinct
+        assert not Writes.concat([first, second]).distinct
+        assert len(Writes.concat([])) == 0
+
+    @pytest.mark.parametrize("kind", ["memory", "rocksdb"])
+    def test_backends_take_distinct_writes_as_pairs(self, kind: str, tmp_path: Path) -> None:
+        """A backend holds after a distinct Writes (deletes and puts mixed) what the pairs give."""
+        ops = [(bytes([1, i]), None if i % 3 == 0 else bytes([i])) for i in range(30)]
+        writes = Writes.in_key_order([k for k, _ in ops], [v for _, v in ops])
+        db = MemoryBackend() if kind == "memory" else RocksDBBackend(tmp_path / "db")
+        db.write([(k, b"old") for k, _ in ops] + [(b"\x01\xff", b"kept")])
+        db.write(writes, [(b"\x00", b"\x01")])
+        expected = [(k, v) for k, v in ops if v is not None] + [(b"\x01\xff", b"kept")]
+        assert list(db.items()) == expected
+        db.close()
+
+    @given(ops=st.lists(st.tuples(keys, values), max_size=30))
+    def test_changelog_parts_are_the_file_and_its_crc(
+        self, ops: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """encode_parts gives the file's bytes in parts and the CRC-32 of the whole file."""
+        import zlib
+
+        parts, crc = _changelog.encode_parts(3, "cd" * 16, Writes.of(ops), [(b"a", b"b")])
+        data = b"".join(parts)
+        assert data == _changelog.encode(3, "cd" * 16, ops, [(b"a", b"b")])
+        assert crc == zlib.crc32(data)
