@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators._changelog import ROW_KIND
+from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
 from operators._pipeline import same_type
 from operators._sinks import StagedSink
@@ -45,6 +45,8 @@ __all__ = [
     "task_schema",
 ]
 
+#: The row kind of a stage's input row when the stage's input carries none.
+INSERT = pa.scalar(RowKind.INSERT.value, pa.string())
 SIDE = "__side"
 SEQ = "__seq"
 META = "__meta"
@@ -237,7 +239,9 @@ def side_batches(
     batches: Iterator[pa.RecordBatch], columns: list[list[str]]
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Split a task's input into runs of one side, in order, each with that
-    side's own column names and ``row_kind``. Consecutive runs of one side
+    side's own column names and ``row_kind``. A stage of one input gets no
+    ``__side`` column (every row is side 0), and a stage whose inputs are
+    all append-only no ``row_kind`` (every row an insert). Consecutive runs of one side
     are joined until they reach :data:`CHUNK_ROWS` rows (a chunk may pass it
     by the last input batch's run), so that an operator sees few large
     batches rather than the many small ones Arrow hands a task."""
@@ -246,8 +250,11 @@ def side_batches(
     for batch in batches:
         if not batch.num_rows:
             continue
-        sides = np.asarray(batch.column(SIDE))
-        starts = [0, *(np.flatnonzero(sides[1:] != sides[:-1]) + 1).tolist()]
+        if SIDE in batch.schema.names:
+            sides = np.asarray(batch.column(SIDE))
+            starts = [0, *(np.flatnonzero(sides[1:] != sides[:-1]) + 1).tolist()]
+        else:
+            sides, starts = np.zeros(1, dtype=np.int64), [0]
         for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
             run_side = int(sides[start])
             if pending and (run_side != side or rows >= CHUNK_ROWS):
@@ -261,10 +268,13 @@ def side_batches(
 
 
 def _untagged(side: int, parts: list[pa.RecordBatch], names: list[str]) -> pa.RecordBatch:
-    """One batch of a side's rows, its columns under the side's own names."""
+    """One batch of a side's rows, its columns under the side's own names,
+    and its row kinds (inserts where the stage's input carries none)."""
+    table = pa.Table.from_batches(parts)
+    if ROW_KIND not in table.schema.names:
+        table = table.append_column(ROW_KIND, pa.repeat(INSERT, table.num_rows))
     table = (
-        pa.Table.from_batches(parts)
-        .select([*(tagged(side, i) for i in range(len(names))), ROW_KIND])
+        table.select([*(tagged(side, i) for i in range(len(names))), ROW_KIND])
         .rename_columns([*names, ROW_KIND])
         .combine_chunks()
     )

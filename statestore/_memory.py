@@ -79,8 +79,10 @@ class MemoryBackend:
         return [data[k] for k in keys]
 
     def keys(self, lower: bytes = b"", upper: bytes | None = None) -> Iterator[bytes]:
-        data = self._live()
-        return iter(list(data.irange(lower, upper, inclusive=(True, False))))
+        return iter(self.read_keys(lower, upper))
+
+    def read_keys(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
+        return list(self._live().irange(lower, upper, inclusive=(True, False)))
 
     def copy(self) -> MemoryBackend:
         """A new backend holding the same data (a committed version, say)."""

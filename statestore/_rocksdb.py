@@ -276,6 +276,9 @@ class RocksDBBackend:
     def read_values(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
         return _read_all(self._live().values, lower, upper, self.path)
 
+    def read_keys(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
+        return _read_all(self._live().keys, lower, upper, self.path)
+
     def read_short(self, lower: bytes, upper: bytes | None, limit: int) -> list[bytes] | None:
         """The values with ``lower <= key < upper``, ascending, if there are at
         most ``limit``; ``None`` if there are more. One seek of the backend's

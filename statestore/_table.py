@@ -588,9 +588,29 @@ class StateTable:
 
     def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
         """Whether a row is stored under each primary key of ``pks`` (key
-        columns by name): one multi-get for the keys the MemTable does not
-        answer, nothing decoded."""
-        return [c is not None for c in self._current_many(self.keys.encode_batch(pks))]
+        columns by name): the keys the MemTable does not answer are looked
+        up in storage at once, no row read (see :meth:`_stored_present`)."""
+        keys = self.keys.encode_batch(pks)
+        if not self._mem:  # the epoch's first reads: storage alone answers
+            return self._stored_present(keys)
+        out: list[Any] = self._mem.lookup_many(keys)
+        missing = [i for i, v in enumerate(out) if v is UNTOUCHED]
+        present = [v is not None for v in out]
+        if missing:
+            stored = self._stored_present([keys[i] for i in missing])
+            for i, found in zip(missing, stored, strict=True):
+                present[i] = found
+        return present
+
+    def _stored_present(self, keys: list[bytes]) -> list[bool]:
+        """Whether storage holds a row at each of ``keys``."""
+        stored_rows = self.metrics.committed_rows + self._spilled_delta
+        if len(keys) < _SORT_FROM or len(keys) * _KEY_SCAN_RATIO < stored_rows:
+            return [v is not None for v in self._stored_many(keys)]
+        stored = set(self.values.read_keys(min(keys), prefix_successor(max(keys))))
+        if self._range_deletes:
+            return [k in stored and not self._in_range_delete(k) for k in keys]
+        return [k in stored for k in keys]
 
     def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, bytes | None]]:
         return zip(keys, self._current_many(keys), strict=True)
@@ -811,9 +831,14 @@ def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
 #: From this many keys a multi-get is made in key order, or made a scan.
 _SORT_FROM = 64
 #: A multi-get is made a scan of the keys' span when it asks for at least
-#: one row in this many of those stored: a scan reads a row in about a third
-#: of the time a multi-get finds one (measured on RocksDB, sorted keys).
-_SCAN_RATIO = 3
+#: one row in this many of those stored: a scan reads a row in about a
+#: quarter of the time a multi-get finds one (measured on RocksDB through
+#: rocksdict, sorted keys, values of 8 to 128 bytes: 0.37-0.52 us a row
+#: scanned, 1.6-1.8 us a key got, CPU time).
+_SCAN_RATIO = 4
+#: The same for a read of whether rows exist: a scan of keys alone reads one
+#: in an eighth of the time a multi-get takes (0.19-0.23 us a key scanned).
+_KEY_SCAN_RATIO = 8
 
 
 def _arrow_equal(typ: pa.DataType) -> bool:

@@ -62,6 +62,10 @@ class KVBackend(Protocol):
         """Keys with ``lower <= key < upper``, ascending."""
         ...
 
+    def read_keys(self, lower: bytes = b"", upper: bytes | None = None) -> list[bytes]:
+        """What :meth:`keys` yields, read at once into a list."""
+        ...
+
     def close(self) -> None:
         """Release the backend; later calls raise ``BackendClosedError``."""
         ...

@@ -60,6 +60,11 @@ class TableValues(Protocol):
         """The rows of :meth:`read_range`, ascending."""
         ...
 
+    def read_keys(self, lower: bytes, upper: bytes | None) -> list[bytes]:
+        """The keys of the rows in ``[lower, upper)``, ascending, read at once
+        without reading a row."""
+        ...
+
     def read_short(self, lower: bytes, upper: bytes | None) -> list[bytes] | None:
         """The rows in ``[lower, upper)``, ascending, if there are at most
         :data:`PAGE` of them (one seek of a reused iterator); ``None`` if there
@@ -113,6 +118,7 @@ class RowValues:
         self.get: Callable[[bytes], bytes | None] = backend.get
         self.get_many: Callable[[Sequence[bytes]], list[bytes | None]] = backend.multi_get
         self.read_values: Callable[[bytes, bytes | None], list[bytes]] = backend.read_values
+        self.read_keys: Callable[[bytes, bytes | None], list[bytes]] = backend.read_keys
         self.read_range: Callable[[bytes, bytes | None, bool], list[tuple[bytes, bytes]]] = (
             backend.read_range
         )
@@ -210,6 +216,16 @@ class CellValues:
 
     def read_values(self, lower: bytes, upper: bytes | None) -> list[bytes]:
         return [v for _, v in self.items(lower, upper, False, None)]
+
+    def read_keys(self, lower: bytes, upper: bytes | None) -> list[bytes]:
+        # A row is stored while one of its cells is.
+        cut = self._cut
+        out: list[bytes] = []
+        for key in self._backend.read_keys(lower, upper):
+            row_key = key[:cut]
+            if not out or out[-1] != row_key:
+                out.append(row_key)
+        return out
 
     def read_short(self, lower: bytes, upper: bytes | None) -> list[bytes] | None:
         rows = list(islice(self.items(lower, upper, False, None), PAGE + 1))

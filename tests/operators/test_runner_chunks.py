@@ -61,6 +61,14 @@ class TestSideBatches:
         ]
         assert out == [(0, [0, 1, 2]), (1, [3])]
 
+    def test_one_append_only_input_comes_without_side_or_kinds(self) -> None:
+        """A stage of one append-only input gets neither ``__side`` nor
+        ``row_kind`` from Spark: every row is side 0 and an insert."""
+        batches = [pa.record_batch({"s0__0": pa.array(range(i, i + 3))}) for i in (0, 3)]
+        out = list(side_batches(iter(batches), [["k"]]))
+        assert [side for side, _ in out] == [0]
+        assert out[0][1].to_pydict() == {"k": list(range(6)), "row_kind": ["+I"] * 6}
+
     def test_no_input_gives_nothing(self) -> None:
         """A task without input rows hands the operator no batch."""
         assert list(side_batches(iter([]), COLUMNS)) == []

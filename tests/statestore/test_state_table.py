@@ -281,7 +281,8 @@ class TestTables:
         """get_rows and get_batch of many keys (unordered, repeated, absent,
         some the epoch changed, in a second table's key space too) give what
         get_row gives, whether they read by multi-get or by a scan of the keys'
-        span."""
+        span; contains says which of them hold a row, read by multi-get or by
+        a scan of keys alone."""
         t = _table(backend, layout)
         other = _table(backend, layout, table_id=2)
         for i in range(0, 2_000, 2):
@@ -299,8 +300,11 @@ class TestTables:
         rows, found = t.get_batch(pa.table({"pk": pa.array([p[0] for p in pks], pa.int64())}))
         assert found.to_pylist() == [e is not None for e in expected]
         assert rows.to_pylist() == [dict(zip(THREE.names, e, strict=True)) for e in expected if e]
+        asked_keys = pa.table({"pk": pa.array([p[0] for p in pks], pa.int64())})
+        assert t.contains(asked_keys) == [e is not None for e in expected]
         t.commit(2)
         assert t.get_rows(pks) == [t.get_row(pk) for pk in pks]
+        assert t.contains(asked_keys) == [e is not None for e in expected]
 
     @pytest.mark.parametrize("kind", [pa.int32(), pa.string()])
     def test_batch_read_of_most_keys_matches_single_reads(
@@ -352,6 +356,28 @@ class TestCleanBelow:
         assert [r[0] for r in t.scan()] == [1, 5, 6, 7, 8, 8, 9]
         assert t.row_count == 7
         assert t.get_row((0, 0)) is None
+
+    def test_contains_of_many_keys_sees_the_clean(self, backend: KVBackend, layout: str) -> None:
+        """contains of many keys, read by one scan of keys alone, says no for
+        committed rows a pending clean removed, and yes for rows the epoch
+        wrote after it, as get_row does."""
+        cols = pa.schema([("ts", pa.int64()), ("id", pa.int64()), ("v", pa.int64())])
+        t = _table(backend, layout, columns=cols, key=("ts", "id"))
+        for ts in range(100):
+            t.insert((ts, 0, ts))
+        t.commit(1)
+        t.clean_below(40)
+        t.insert((10, 0, 1))  # written after the clean
+        asked = [(ts, i) for ts in range(0, 110) for i in (0, 1)]
+        keys = pa.table(
+            {
+                "ts": pa.array([a[0] for a in asked], pa.int64()),
+                "id": pa.array([a[1] for a in asked], pa.int64()),
+            }
+        )
+        expected = [t.get_row(a) is not None for a in asked]
+        assert expected.count(True) == 61
+        assert t.contains(keys) == expected
 
 
 class TestBadInput:
