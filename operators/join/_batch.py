@@ -7,12 +7,12 @@ key (one prefix scan) and writes a few rows, each a call into the state
 table that encodes a key. The batch path reads every row an input batch can
 touch at once (one multi-get of the own side's rows, one ``scan_ranges`` of
 the other side's join keys, or, when the keys are many for the table, the
-whole table once) into :class:`HeldSide`: per side, identity -> record and
-join key -> its records in key order, keyed by Python tuples, as a join on
-plain dicts keeps them (a table read whole makes a join key's records when
-the rules first ask for it). The emit rules run over those records in memory, the
+whole table once) into :class:`HeldSide`: per side, identity -> row and
+join key -> its rows in key order, keyed by Python tuples, as a join on
+plain dicts keeps them, a row named by its index in parallel lists (no
+Python object per row). The emit rules run over those rows in memory, the
 same rules as record at a time (the held side answers the calls a state
-view answers); at the end of the input batch each record written gets its
+view answers); at the end of the input batch each row written gets its
 net change, in one batch write per kind. What was read stays for the next
 input batch of the micro-batch, as long as nothing else wrote the table. The
 rules see the rows they would have seen record at a time, in the same key
@@ -122,9 +122,9 @@ class HeldSide:
         self.join_key: Callable[[Row], Row] = _getter(view.join_key_indices, floats)
         #: A key column is a float: held keys fold its NaNs into one value.
         self.floats = floats
-        #: Held keys are the rows' key values as they are, and a join key
-        #: may have many rows: a table read whole can wait to list a join
-        #: key's rows until they are asked for (:meth:`_defer`).
+        #: Held keys are the rows' key values as they are (Arrow finds equal
+        #: keys as Python does), and a join key may have many rows: a table
+        #: read whole is mapped in C loops (:meth:`_hold_whole`).
         self.plain = not floats and not self.one_per_join_key
         #: Every key column ascending, of an integer or string type: the key
         #: bytes sort as the key values do (UTF-8 keeps code point order),
@@ -150,9 +150,6 @@ class HeldSide:
         self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
-        #: Join keys of a table read whole whose rows are not listed yet,
-        #: each with its run of indices (:meth:`_defer`).
-        self.pending: dict[Row, tuple[int, int]] = {}
         #: The rows written since the last flush, each with its row as the
         #: state table holds it (``None``: it does not).
         self.written: dict[int, Row | None] = {}
@@ -303,14 +300,13 @@ class HeldSide:
         self.by_join_key.update((key, tuple(under)) for key, under in found.items())
 
     def load_all(self) -> None:
-        """Read the whole table (one scan, decoded once). On a :attr:`plain`
-        side that holds nothing yet, a join key's rows are listed when the
-        rules first ask for it (:meth:`_defer`)."""
+        """Read the whole table (one scan, decoded once); a :attr:`plain`
+        side that holds nothing yet maps it in C loops (:meth:`_hold_whole`)."""
         if self.complete:
             return
         self.complete = True
         if self.plain and not self.by_identity and not self.by_join_key:
-            self._defer(self.table.scan_batch())
+            self._hold_whole(self.table.scan_batch())
             return
         indices, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
@@ -327,32 +323,21 @@ class HeldSide:
                 under.append(i)
         self.by_join_key = {key: tuple(under) for key, under in found.items()}
 
-    def _defer(self, stored_rows: pa.RecordBatch) -> None:
-        """Hold the rows of the whole table and map their identities (one
-        loop in C), and note each join key's run of them (a scan comes in
-        key order, the join key first), but list no join key yet: a join
-        key's tuple is made when it is first asked for (:meth:`take`)."""
+    def _hold_whole(self, stored_rows: pa.RecordBatch) -> None:
+        """Hold the rows of the whole table, map their identities and list
+        each join key's run of them (a scan comes in key order, the join key
+        first), each in one loop in C: no Python step per row."""
         if not stored_rows.num_rows:
             return
         columns, rows = self._columns(stored_rows)
         self._extend(columns, rows)  # the side holds nothing: indices from 0
         keys = rows if self.row_is_identity else self._identities(columns)
         self.by_identity.update(zip(keys, range(len(rows)), strict=True))
-        self.pending.update(_runs([stored_rows.column(i) for i in self.view.join_key_indices]))
-
-    def take(self, join_key: Row) -> tuple[int, ...]:
-        """The rows of a pending join key (:attr:`pending`), listed now under
-        it, in key order."""
-        start, stop = self.pending.pop(join_key)
-        listed = self.by_join_key[join_key] = tuple(range(start, stop))
-        return listed
-
-    def _listed(self, join_key: Row) -> tuple[int, ...] | None:
-        """The rows listed under ``join_key`` (``None``: not held whole)."""
-        under = self.by_join_key.get(join_key)
-        if under is None and join_key in self.pending:
-            return self.take(join_key)
-        return under
+        join_keys, starts, stops = _runs(
+            [stored_rows.column(i) for i in self.view.join_key_indices]
+        )
+        runs = map(tuple, map(range, starts, stops))
+        self.by_join_key.update(zip(join_keys, runs, strict=True))
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -399,10 +384,8 @@ class HeldSide:
             return (i,) if i is not None and self._appearances[i] else ()
         under = self.by_join_key.get(join_key)
         if under is None:
-            if join_key not in self.pending:
-                return ()  # the table is held whole, and has none
-            under = self.take(join_key)
-        elif join_key in self.unsorted:
+            return ()  # the table is held whole, and has none
+        if join_key in self.unsorted:
             self.unsorted.discard(join_key)
             under = self.by_join_key[join_key] = self._in_key_order(under)
         return under
@@ -449,7 +432,7 @@ class HeldSide:
             # is held whole (else read from the table when asked for, after a
             # flush); sorted when next read.
             if not self.one_per_join_key:
-                under = self._listed(join_key)
+                under = self.by_join_key.get(join_key)
                 if under:
                     self.by_join_key[join_key] = (*under, i)
                     self.unsorted.add(join_key)
@@ -474,7 +457,7 @@ class HeldSide:
             self.deleted += 1
             if not self.one_per_join_key:
                 key = self.join_key(self._rows[found])
-                under = self._listed(key)
+                under = self.by_join_key.get(key)
                 if under is not None:
                     self.by_join_key[key] = tuple([i for i in under if i != found])
 
@@ -544,9 +527,9 @@ def _stored_row(appearances: bool, associations: bool) -> Callable[[Row, int, in
     return lambda row, a, c: row
 
 
-def _runs(columns: list[pa.Array]) -> Iterable[tuple[Row, tuple[int, int]]]:
+def _runs(columns: list[pa.Array]) -> tuple[Iterable[Row], list[int], list[int]]:
     """Each run of equal keys in ``columns`` (the key's columns, in key
-    order: equal keys in a run) with its first and past-last position; a
+    order: equal keys in a run): its key, first and past-last position; a
     null equals a null, as in the key bytes. In Arrow, not row by row."""
     n = len(columns[0])
     changed = np.zeros(max(n - 1, 0), dtype=bool)
@@ -561,7 +544,7 @@ def _runs(columns: list[pa.Array]) -> Iterable[tuple[Row, tuple[int, int]]]:
     stops = np.append(starts[1:], n)
     at = pa.array(starts)
     keys = zip(*[column.take(at).to_pylist() for column in columns], strict=True)
-    return zip(keys, zip(starts.tolist(), stops.tolist(), strict=True), strict=True)
+    return keys, starts.tolist(), stops.tolist()
 
 
 def _batch(schema: pa.Schema, rows: Sequence[Row]) -> pa.RecordBatch:
