@@ -150,9 +150,10 @@ class HeldSide:
         self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
-        #: The rows written since the last flush, each with its row as the
-        #: state table holds it (``None``: it does not).
-        self.written: dict[int, Row | None] = {}
+        #: The rows written since the last flush, each with what the state
+        #: table holds for it: its row, appearances and associations
+        #: (``None``: the table does not hold it).
+        self.written: dict[int, tuple[Row, int, int] | None] = {}
         #: The last row :meth:`find` looked for, its identity and join key.
         self._found_row: Row = ()
         self._found_key: Row = ()
@@ -406,9 +407,7 @@ class HeldSide:
         since the last flush."""
         if i not in self.written:
             a = self._appearances[i]
-            self.written[i] = (
-                self.stored_row(self._rows[i], a, self._associations[i]) if a else None
-            )
+            self.written[i] = (self._rows[i], a, self._associations[i]) if a else None
 
     def add(self, ctx: OperatorContext, row: Row, found: int | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the row with
@@ -466,40 +465,53 @@ class HeldSide:
         if record not in self.written:  # self._write(record), inline: once per match
             a = self._appearances[record]
             self.written[record] = (
-                self.stored_row(self._rows[record], a, self._associations[record]) if a else None
+                (self._rows[record], a, self._associations[record]) if a else None
             )
         self._associations[record] = associations
         self.updated += 1
 
     # -- the write --------------------------------------------------------------------
 
+    def _stored_batch(self, indices: list[int]) -> pa.RecordBatch:
+        """Rows ``indices`` as the state table holds them, as one Arrow
+        batch built column by column (no stored row tuple per row)."""
+        columns: list[Sequence[Any]] = list(zip(*map(self._rows.__getitem__, indices), strict=True))
+        appearances_at, associations_at = self.view.counts_at
+        if appearances_at is not None:
+            columns.append(list(map(self._appearances.__getitem__, indices)))
+        if associations_at is not None:
+            columns.append(list(map(self._associations.__getitem__, indices)))
+        schema = self.table.schema.columns
+        return pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+            schema=schema,
+        )
+
     def flush(self, ctx: OperatorContext) -> None:
         """Write each written row's net change: one batch insert, update
         and delete; count the operations as record at a time issues them."""
-        inserts: list[Row] = []
-        updates: list[Row] = []
+        inserts: list[int] = []
+        updates: list[int] = []
         deletes: list[Row] = []
-        stored_row = self.stored_row
         rows, appearances, associations = self._rows, self._appearances, self._associations
         for i, old in self.written.items():
             a = appearances[i]
-            now = stored_row(rows[i], a, associations[i]) if a else None
-            if now == old:
-                continue
             if old is None:
-                inserts.append(now)  # type: ignore[arg-type]
-            elif now is None:
-                deletes.append(old)
+                if a:
+                    inserts.append(i)
+            elif not a:
+                deletes.append(self.stored_row(*old))
             else:
-                updates.append(now)
+                old_row, old_a, old_c = old
+                if old_a != a or old_c != associations[i] or old_row != rows[i]:
+                    updates.append(i)
         table = self.table
-        columns = table.schema.columns
         if deletes:
-            table.delete_batch(_batch(columns, deletes))
+            table.delete_batch(_batch(table.schema.columns, deletes))
         if updates:
-            table.update_batch(_batch(columns, updates))
+            table.update_batch(self._stored_batch(updates))
         if inserts:
-            table.insert_batch(_batch(columns, inserts))
+            table.insert_batch(self._stored_batch(inserts))
         metrics = table.metrics
         metrics.inserted += self.inserted - len(inserts)
         metrics.updated += self.updated - len(updates)
