@@ -92,7 +92,7 @@ class HeldSide:
     collections than in the rules). ``by_identity`` maps each identity read
     (join key and unique key, or the whole row) to its row; ``by_join_key``
     maps each join key read whole to its rows in the side, in key order, as
-    a tuple of indices. It answers the calls of
+    indices (a ``range`` of a table read whole, a tuple). It answers the calls of
     :class:`~operators.join._views.JoinStateView` that the emit rules make
     (``find``, ``records``, ``add``, ``retract``, ``set_associations``)
     with no call into the table; every identity and join key an input batch
@@ -145,7 +145,9 @@ class HeldSide:
         self.appearances: Callable[[int], int] = self._appearances.__getitem__
         self.associations: Callable[[int], int] = self._associations.__getitem__
         self.by_identity: dict[Row, int] = {}
-        self.by_join_key: dict[Row, tuple[int, ...]] = {}
+        #: A join key's rows: a ``range`` of a table read whole (no object
+        #: for the garbage collector), a tuple once changed.
+        self.by_join_key: dict[Row, Sequence[int]] = {}
         #: Join keys whose rows took a row at their end since sorted.
         self.unsorted: set[Row] = set()
         #: Every row of the table is held (:meth:`load_all`).
@@ -337,7 +339,7 @@ class HeldSide:
         join_keys, starts, stops = _runs(
             [stored_rows.column(i) for i in self.view.join_key_indices]
         )
-        runs = map(tuple, map(range, starts, stops))
+        runs = map(range, starts, stops)
         self.by_join_key.update(zip(join_keys, runs, strict=True))
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
@@ -391,7 +393,7 @@ class HeldSide:
             under = self.by_join_key[join_key] = self._in_key_order(under)
         return under
 
-    def _in_key_order(self, under: tuple[int, ...]) -> tuple[int, ...]:
+    def _in_key_order(self, under: Sequence[int]) -> tuple[int, ...]:
         """Rows ``under`` in the order of their keys in the table."""
         key_values, rows = self.key_values, self._rows
         if self.natural_order:
