@@ -52,6 +52,15 @@ class TestSideBatches:
         assert [len(c) for c in out] == [6, 6, 3]
         assert [k for chunk in out for k in chunk] == list(range(15))
 
+    def test_a_wide_run_is_cut_at_the_chunk_bytes(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A run that holds the chunk's bytes in fewer rows than the chunk
+        size is cut there, none lost."""
+        monkeypatch.setattr(_spark_task, "CHUNK_BYTES", 3 * 8)
+        batches = [tagged([0] * 3, 3 * i) for i in range(4)]
+        out = [b.column("k").to_pylist() for _, b in side_batches(iter(batches), COLUMNS)]
+        assert [len(c) for c in out] == [3, 3, 3, 3]
+        assert [k for chunk in out for k in chunk] == list(range(12))
+
     def test_empty_input_batches_are_skipped(self) -> None:
         """An empty batch among the input (Arrow may hand one) changes
         nothing: the runs around it are joined as if it were not there."""
