@@ -225,7 +225,9 @@ class Manifest:
         body = self._body()
         crc = zlib.crc32(_canonical(body))
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "crc32": crc, "body": body}
-        return json.dumps(doc, indent=1, sort_keys=True).encode()
+        # One line: the pure-Python encoder that indent needs took ~3 ms of
+        # a seven-table commit; the C one takes a tenth of that.
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
