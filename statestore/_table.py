@@ -589,28 +589,20 @@ class StateTable:
     def contains(self, pks: pa.RecordBatch | pa.Table) -> list[bool]:
         """Whether a row is stored under each primary key of ``pks`` (key
         columns by name): the keys the MemTable does not answer are looked
-        up in storage at once, no row read (see :meth:`_stored_present`)."""
-        keys = self.keys.encode_batch(pks)
-        if not self._mem:  # the epoch's first reads: storage alone answers
-            return self._stored_present(keys)
-        out: list[Any] = self._mem.lookup_many(keys)
-        missing = [i for i, v in enumerate(out) if v is UNTOUCHED]
-        present = [v is not None for v in out]
-        if missing:
-            stored = self._stored_present([keys[i] for i in missing])
-            for i, found in zip(missing, stored, strict=True):
-                present[i] = found
-        return present
+        up in storage at once, no row read (see :meth:`_stored_marks`)."""
+        current = self._current_many(self.keys.encode_batch(pks), self._stored_marks)
+        return [c is not None for c in current]
 
-    def _stored_present(self, keys: list[bytes]) -> list[bool]:
-        """Whether storage holds a row at each of ``keys``."""
+    def _stored_marks(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """What storage holds at each of ``keys`` as far as whether a row is
+        there: a row's bytes or its key (read keys alone), ``None`` for none."""
         stored_rows = self.metrics.committed_rows + self._spilled_delta
         if len(keys) < _SORT_FROM or len(keys) * _KEY_SCAN_RATIO < stored_rows:
-            return [v is not None for v in self._stored_many(keys)]
+            return self._stored_many(keys)
         stored = set(self.values.read_keys(min(keys), prefix_successor(max(keys))))
         if self._range_deletes:
-            return [k in stored and not self._in_range_delete(k) for k in keys]
-        return [k in stored for k in keys]
+            return [k if k in stored and not self._in_range_delete(k) else None for k in keys]
+        return [k if k in stored else None for k in keys]
 
     def _with_current(self, keys: Sequence[bytes]) -> Iterator[tuple[bytes, bytes | None]]:
         return zip(keys, self._current_many(keys), strict=True)
@@ -626,15 +618,20 @@ class StateTable:
             raise self._inconsistent("update of a missing row", key)
         return current
 
-    def _current_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """:meth:`_current` of many keys: one multi-get for those the MemTable
-        has not touched."""
+    def _current_many(
+        self,
+        keys: Sequence[bytes],
+        stored_many: Callable[[Sequence[bytes]], list[bytes | None]] | None = None,
+    ) -> list[bytes | None]:
+        """:meth:`_current` of many keys: one read of storage (``stored_many``,
+        by default :meth:`_stored_many`) for those the MemTable has not touched."""
+        read = self._stored_many if stored_many is None else stored_many
         if not self._mem:  # the epoch's first reads: storage alone answers
-            return self._stored_many(keys)
+            return read(keys)
         out: list[Any] = self._mem.lookup_many(keys)
         missing = [i for i, v in enumerate(out) if v is UNTOUCHED]
         if missing:
-            stored = self._stored_many([keys[i] for i in missing])
+            stored = read([keys[i] for i in missing])
             for i, value in zip(missing, stored, strict=True):
                 out[i] = value
         return out

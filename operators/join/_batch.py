@@ -464,11 +464,7 @@ class HeldSide:
 
     def set_associations(self, ctx: OperatorContext, record: int, associations: int) -> None:
         """A new number of associations for an outer side's row."""
-        if record not in self.written:  # self._write(record), inline: once per match
-            a = self._appearances[record]
-            self.written[record] = (
-                (self._rows[record], a, self._associations[record]) if a else None
-            )
+        self._write(record)
         self._associations[record] = associations
         self.updated += 1
 

@@ -46,7 +46,7 @@ __all__ = ["StreamingJoin"]
 Row = tuple[Any, ...]
 Condition = Callable[[Row, Row], bool]
 
-INS, DEL, UPSERT = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER
+INS, DEL, UPA = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER
 
 #: When each side with a TTL is next swept for expired rows.
 _SWEEPS = TableSchema(
@@ -229,7 +229,7 @@ class StreamingJoin(Operator):
         candidates: Sequence[H] = (
             () if not self.null_safe and None in key else other.records(ctx, key)
         )
-        accumulate = kind is INS or kind is UPSERT  # kind.is_accumulate, inline
+        accumulate = kind is INS or kind is UPA  # kind.is_accumulate, inline
         if accumulate and found is not None and view.has_unique_key:
             self._replace(ctx, states, side, row, kind, found, candidates)
             return
