@@ -236,10 +236,19 @@ class BatchRun(OperatorContext):
             self.operator.on_watermark(self, wm)
             self._removal_ns += time.perf_counter_ns() - started
 
+    def flush(self) -> None:
+        """Have the operator write what it holds back to its tables
+        (:meth:`~operators.Operator.flush`): they are current after it."""
+        if self._opened:
+            started = time.perf_counter_ns()
+            self.operator.flush(self)
+            self._update_ns += time.perf_counter_ns() - started
+
     def finish(self) -> pa.RecordBatch:
         """Close the operator's batch; the rows emitted since the last
         :meth:`drain`, with their kinds."""
         self._open()
+        self.flush()
         self.operator.close(self)
         out = self.drain()
         self.metrics.setdefault("numOutputRows", 0)

@@ -117,17 +117,25 @@ class OperatorHarness:
 
     @property
     def tables(self) -> Mapping[str, StateTable]:
-        """The operator's state tables (the timer table too)."""
+        """The operator's state tables (the timer table too), current: in
+        the middle of a batch the operator first writes what it holds back
+        (:meth:`~operators.Operator.flush`)."""
+        if self._run is not None:
+            self._run.flush()
         return self._state.tables
 
     def table(self, name: str) -> StateTable:
-        """One of the operator's state tables."""
-        return self._state.tables[name]
+        """One of the operator's state tables, current (as :attr:`tables`)."""
+        return self.tables[name]
 
     @property
     def metrics(self) -> dict[str, int]:
-        """The counters the operator added to in the batch in progress."""
-        return {} if self._run is None else dict(self._run.metrics)
+        """The counters the operator added to in the batch in progress, with
+        what it holds back written (as :attr:`tables`)."""
+        if self._run is None:
+            return {}
+        self._run.flush()
+        return dict(self._run.metrics)
 
     # -- feeding ----------------------------------------------------------------------
 
