@@ -280,12 +280,12 @@ class BatchRun(OperatorContext):
         rows, kinds = self._rows, self._kinds
         self._rows, self._kinds = [], []
         width = len(self.operator.output)
-        for row in rows:
-            if len(row) != width:
-                raise InputError(
-                    f"operator {self.operator.name!r} emitted a row of {len(row)} values, "
-                    f"its output schema has {width} columns: {row!r}"
-                )
+        if rows and set(map(len, rows)) != {width}:  # a loop in C
+            row = next(r for r in rows if len(r) != width)
+            raise InputError(
+                f"operator {self.operator.name!r} emitted a row of {len(row)} values, "
+                f"its output schema has {width} columns: {row!r}"
+            )
         columns = list(zip(*rows, strict=True)) if rows else [()] * width
         arrays = [
             pa.array(list(col), type=fld.type)

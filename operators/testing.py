@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._changelog import ROW_KIND, RowKind
+from operators._changelog import ROW_KIND, RowKind, row_kinds
 from operators._operator import Operator
 from operators._pipeline_harness import PipelineHarness
 from operators._task import BatchRun, state_metrics, state_tables
@@ -156,12 +156,10 @@ class OperatorHarness:
         """What ``run`` emitted since the last drain (or ``batch``, what its
         ``finish`` returned), added to :attr:`output`."""
         batch = run.drain() if batch is None else batch
-        kinds = batch.column(ROW_KIND).to_pylist()
         names = [f.name for f in self.operator.output]
         columns = [batch.column(n).to_pylist() for n in names]
         rows = list(zip(*columns, strict=True)) if columns else [()] * batch.num_rows
-        parse = RowKind.parse
-        out = [(parse(k), r) for k, r in zip(kinds, rows, strict=True)]
+        out = list(zip(row_kinds(batch), rows, strict=True))
         self.output.extend(out)
         return out
 

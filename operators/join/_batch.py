@@ -437,39 +437,43 @@ class HeldSide:
     def add(self, ctx: OperatorContext, row: Row, found: int | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the row with
         its identity, if any) with ``associations``."""
-        if found is None:
-            if row is self._found_row:
-                key, join_key = self._found_key, self._found_join_key
-            else:
-                key, join_key = self.identity(row), self.join_key(row)
-            i = self.by_identity.get(key)
-            if i is None:
-                i = self.by_identity[key] = len(self._rows)
-                self._rows.append(row)
-                self._appearances.append(1)
-                self._associations.append(associations)
-                self.written[i] = None
-            else:  # held, and gone from the side since
-                self._write(i)
-                self._rows[i], self._appearances[i], self._associations[i] = row, 1, associations
-            # Listed back in the side under its join key, if that join key
-            # is held whole (sorted when next read), else when it is read.
-            if not self.one_per_join_key:
-                under = self.by_join_key.get(join_key)
-                if under:
-                    self.by_join_key[join_key] = (*under, i)
-                    self.unsorted.add(join_key)
-                elif under is not None or self.complete:
-                    self.by_join_key[join_key] = (i,)
-                else:
-                    self.unlisted.setdefault(join_key, []).append(i)
-            self.inserted += 1
-        else:
-            self._write(found)
+        if found is not None:
+            if found not in self.written:
+                self._write(found)
             self._rows[found], self._associations[found] = row, associations
             if not self.has_unique_key:
                 self._appearances[found] += 1
             self.updated += 1
+            return
+        if row is self._found_row:
+            key, join_key = self._found_key, self._found_join_key
+        else:
+            key, join_key = self.identity(row), self.join_key(row)
+        by_identity, rows = self.by_identity, self._rows
+        i = by_identity.get(key)
+        if i is None:
+            i = by_identity[key] = len(rows)
+            rows.append(row)
+            self._appearances.append(1)
+            self._associations.append(associations)
+            self.written[i] = None
+        else:  # held, and gone from the side since
+            self._write(i)
+            rows[i], self._appearances[i], self._associations[i] = row, 1, associations
+        self.inserted += 1
+        if self.one_per_join_key:
+            return
+        # Listed back in the side under its join key, if that join key is
+        # held whole (sorted when next read), else when it is read.
+        by_join_key = self.by_join_key
+        under = by_join_key.get(join_key)
+        if under:
+            by_join_key[join_key] = (*under, i)
+            self.unsorted.add(join_key)
+        elif under is not None or self.complete:
+            by_join_key[join_key] = (i,)
+        else:
+            self.unlisted.setdefault(join_key, []).append(i)
 
     def retract(self, ctx: OperatorContext, found: int) -> None:
         """Remove one appearance of a row."""
