@@ -243,7 +243,10 @@ class AppendJoin(Operator):
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         joined = probe.join(
-            stored, [_key(i) for i in range(len(other.key_positions))], join_type="inner"
+            stored,
+            [_key(i) for i in range(len(other.key_positions))],
+            join_type="inner",
+            use_threads=False,
         )
         at = pc.field(_STORED_TIME)
         joined = joined.filter((at >= pc.field(_LO)) & (at <= pc.field(_HI)))
@@ -274,27 +277,43 @@ class AppendJoin(Operator):
         per run of overlapping ranges or, when those runs are many for the
         table's size, by one scan from the least time reached to the greatest
         (a bounded scan costs about as much as reading :data:`_SEEK_ROWS`
-        rows of one pass), kept for the batch's later probes that reach no
-        further. The table holds no row of this batch yet: those are held
-        back (:class:`_Run`)."""
+        rows of one pass). One span of times read is kept per batch: a later
+        probe reads only the times it reaches beyond it. The table holds no
+        row of this batch yet: those are held back (:class:`_Run`)."""
         if not probe.num_rows:
             return _concat_rows(table.schema.columns, []), np.zeros(0, dtype=bool)
         los = np.asarray(probe.column(_LO), dtype=np.int64)
         his = np.asarray(probe.column(_HI), dtype=np.int64)
         lo, hi = int(los.min()), int(his.max())
         span = run.span[side]
-        if span is not None and span[0] <= lo and hi <= span[1]:
-            return span[2], span[3]
-        starts, ends = _runs_of(los, his)
-        if len(starts) * _SEEK_ROWS < table.row_count:
-            rows = table.scan_ranges(
-                ((), (int(a),), (int(b) + 1,)) for a, b in zip(starts, ends, strict=True)
-            )
-            return rows, _flags(rows)
-        rows = table.scan_batch(start=(lo,), end=(hi + 1,))
-        # The flags are kept apart, so that matches set them in place.
-        flags = _flags(rows)
-        run.span[side] = (lo, hi, rows, flags)
+        if span is None:
+            starts, ends = _runs_of(los, his)
+            if len(starts) * _SEEK_ROWS < table.row_count:
+                rows = table.scan_ranges(
+                    ((), (int(a),), (int(b) + 1,)) for a, b in zip(starts, ends, strict=True)
+                )
+                flags = _flags(rows)
+                if len(starts) == 1:  # the one run is the span
+                    run.span[side] = (lo, hi, rows, flags)
+                return rows, flags
+            span = (lo, lo - 1, _concat_rows(table.schema.columns, []), np.zeros(0, dtype=bool))
+        first, last, rows, flags = span
+        if first <= lo and hi <= last:
+            return rows, flags
+        # The flags are kept apart, so that matches set them in place; those
+        # of the rows read before keep what this batch's matches set.
+        parts, marks = [rows], [flags]
+        if lo < first:
+            below = table.scan_batch(start=(lo,), end=(first,))
+            parts.insert(0, below)
+            marks.insert(0, _flags(below))
+        if hi > last:
+            above = table.scan_batch(start=(last + 1,), end=(hi + 1,))
+            parts.append(above)
+            marks.append(_flags(above))
+        rows = _concat_rows(table.schema.columns, parts)
+        flags = np.concatenate(marks)
+        run.span[side] = (min(lo, first), max(hi, last), rows, flags)
         return rows, flags
 
     @staticmethod
