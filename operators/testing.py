@@ -221,6 +221,15 @@ class OperatorHarness:
         run.process(side, batch)
         return self._emitted(run)
 
+    def process_arrow(self, batch: pa.RecordBatch, side: int = 0) -> pa.RecordBatch:
+        """Process one Arrow batch of input ``side`` as :meth:`process_batch`
+        does, and return what the operator emitted as the Spark runner hands
+        it on: one Arrow batch of the output schema plus the row-kind column,
+        not made into Python rows and not added to :attr:`output`."""
+        run = self._batch_run()
+        run.process(side, batch)
+        return run.drain()
+
     def advance_watermark(self, watermark: int) -> list[Emitted]:
         """Move the event-time watermark (milliseconds) forward: due event-time
         timers fire, then the operator's ``on_watermark``."""

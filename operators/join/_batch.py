@@ -516,16 +516,16 @@ class HeldSide:
     def flush(self, ctx: OperatorContext) -> None:
         """Write each written row's net change: one batch insert, update
         and delete; count the operations as record at a time issues them."""
-        inserts: list[int] = []
         updates: list[int] = []
         deletes: list[Row] = []
         rows, appearances, associations = self._rows, self._appearances, self._associations
-        for i, old in self.written.items():
+        written = self.written
+        # Most rows written are new (the table does not hold them): those
+        # still in the side are inserts, picked in comprehensions.
+        inserts = [i for i, old in written.items() if old is None and appearances[i]]
+        for i, old in [(i, old) for i, old in written.items() if old is not None]:
             a = appearances[i]
-            if old is None:
-                if a:
-                    inserts.append(i)
-            elif not a:
+            if not a:
                 deletes.append(self.stored_row(*old))
             else:
                 old_row, old_a, old_c = old
