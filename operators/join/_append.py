@@ -188,7 +188,7 @@ class AppendJoin(Operator):
         stored, stored_flags = self._candidates(run, 1 - side, other_rows, probe)
         held = run.held[1 - side]
         candidates = _concat_rows(other.rows.columns, [stored, *held.rows])
-        mine_at, theirs_at = self._pairs(side, batch, probe, candidates, other)
+        mine_at, theirs_at = self._pairs(side, batch, probe, candidates, other, (lo, hi))
         if len(mine_at):
             here = batch.take(mine_at)
             there = candidates.take(theirs_at)
@@ -222,39 +222,39 @@ class AppendJoin(Operator):
         probe: pa.Table,
         candidates: pa.RecordBatch,
         other: SideState,
+        bounds: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The matching (batch row, candidate row) positions, ordered by batch
-        row then by the candidate's key order: a hash join on the key, the
-        time range, then the extra condition. A batch row's candidates share
-        its join key, so their key order is that of (time, seq), whether they
-        are stored or held back in this batch."""
+        row then by the candidate's key order: a hash join on the key alone
+        (no payload but the positions), the time range (``bounds``, per batch
+        row) and the order in numpy, then the extra condition. A batch row's
+        candidates share its join key, so their key order is that of (time,
+        seq), whether they are stored or held back in this batch."""
+        names = [_key(i) for i in range(len(other.key_positions))]
+        if not probe.num_rows or not candidates.num_rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
         stored = pa.table(
             {
                 **{
-                    _key(i): key_equal_values(candidates.column(p + 2))
-                    for i, p in enumerate(other.key_positions)
+                    name: key_equal_values(candidates.column(p + 2))
+                    for name, p in zip(names, other.key_positions, strict=True)
                 },
                 _CANDIDATE: np.arange(candidates.num_rows),
-                _STORED_TIME: candidates.column(0),
-                _SEQ: candidates.column(1),
             }
         )
-        if not probe.num_rows or not stored.num_rows:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
-        joined = probe.join(
-            stored,
-            [_key(i) for i in range(len(other.key_positions))],
-            join_type="inner",
-            use_threads=False,
+        joined = probe.select([*names, _ROW]).join(
+            stored, names, join_type="inner", use_threads=False
         )
-        at = pc.field(_STORED_TIME)
-        joined = joined.filter((at >= pc.field(_LO)) & (at <= pc.field(_HI)))
-        joined = joined.sort_by(
-            [(_ROW, "ascending"), (_STORED_TIME, "ascending"), (_SEQ, "ascending")]
-        )
-        mine_at = np.asarray(joined.column(_ROW), dtype=np.int64)
-        theirs_at = np.asarray(joined.column(_CANDIDATE), dtype=np.int64)
+        mine_at = _positions(joined.column(_ROW))
+        theirs_at = _positions(joined.column(_CANDIDATE))
+        times = np.asarray(candidates.column(0), dtype=np.int64)[theirs_at]
+        lo, hi = bounds
+        met = (times >= lo[mine_at]) & (times <= hi[mine_at])
+        mine_at, theirs_at, times = mine_at[met], theirs_at[met], times[met]
+        seqs = np.asarray(candidates.column(1), dtype=np.int64)[theirs_at]
+        order = np.lexsort((seqs, times, mine_at))
+        mine_at, theirs_at = mine_at[order], theirs_at[order]
         if self.condition is None or not len(mine_at):
             return mine_at, theirs_at
         rows = _tuples(batch.take(mine_at), self.inputs[side].names)
@@ -478,7 +478,7 @@ class AppendJoin(Operator):
 
 #: Column names of the hash join between a batch and the stored rows.
 _ROW, _LO, _HI = "__row", "__lo", "__hi"
-_CANDIDATE, _STORED_TIME, _SEQ = "__candidate", "__stored_time", "__seq"
+_CANDIDATE = "__candidate"
 
 
 class _Held:
@@ -528,6 +528,11 @@ def _runs_of(
     firsts = np.flatnonzero(new)
     lasts = np.append(firsts[1:] - 1, len(los) - 1)
     return los[firsts], reach[lasts]
+
+
+def _positions(column: pa.ChunkedArray) -> npt.NDArray[np.int64]:
+    """A column of row positions (int64, no nulls) as a numpy array."""
+    return np.asarray(column.to_numpy(), dtype=np.int64)
 
 
 def _flags(rows: pa.RecordBatch) -> npt.NDArray[np.bool_]:
