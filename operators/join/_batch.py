@@ -503,18 +503,22 @@ class HeldSide:
 
     def _stored_batch(self, indices: list[int]) -> pa.RecordBatch:
         """Rows ``indices`` as the state table holds them, as one Arrow
-        batch built column by column (no stored row tuple per row)."""
-        columns: list[Sequence[Any]] = list(zip(*map(self._rows.__getitem__, indices), strict=True))
-        appearances_at, associations_at = self.view.counts_at
-        if appearances_at is not None:
-            columns.append(list(map(self._appearances.__getitem__, indices)))
-        if associations_at is not None:
-            columns.append(list(map(self._associations.__getitem__, indices)))
-        schema = self.table.schema.columns
-        return pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-            schema=schema,
-        )
+        batch: the row tuples read by Arrow as one struct array (no column
+        tuples made in Python), then the counts the side keeps."""
+        fields = list(self.table.schema.columns)
+        width = self.view.width
+        rows = pa.array(list(map(self._rows.__getitem__, indices)), type=pa.struct(fields[:width]))
+        held_counts = (self._appearances, self._associations)
+        counts = [
+            list(map(held.__getitem__, indices))
+            for at, held in zip(self.view.counts_at, held_counts, strict=True)
+            if at is not None
+        ]
+        arrays = [
+            *rows.flatten(),
+            *(pa.array(c, type=f.type) for c, f in zip(counts, fields[width:], strict=True)),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.table.schema.columns)
 
     def flush(self, ctx: OperatorContext) -> None:
         """Write each written row's net change: one batch insert, update
