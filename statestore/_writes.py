@@ -68,6 +68,14 @@ class Writes(Sequence[WriteOp]):
         return cls(pa.array(keys, _BINARY), pa.array(values, _BINARY))
 
     @classmethod
+    def from_arrays(cls, keys: pa.Array, values: pa.Array) -> Writes:
+        """``keys[i]`` gets ``values[i]``, in this order; ordered (and so
+        distinct) when the keys ascend strictly, which one comparison in C
+        finds out (a changelog written from a commit's batch, say)."""
+        ordered = len(keys) < 2 or bool(pc.all(pc.less(keys[:-1], keys[1:])).as_py())
+        return cls(keys, values, ordered=ordered)
+
+    @classmethod
     def in_key_order(cls, keys: list[bytes], values: list[bytes | None]) -> Writes:
         """``keys[i]`` gets ``values[i]``, sorted by key (keys compare as
         unsigned bytes; they must be distinct)."""
