@@ -286,11 +286,20 @@ class BatchRun(OperatorContext):
                 f"operator {self.operator.name!r} emitted a row of {len(row)} values, "
                 f"its output schema has {width} columns: {row!r}"
             )
-        columns = list(zip(*rows, strict=True)) if rows else [()] * width
-        arrays = [
-            pa.array(list(col), type=fld.type)
-            for col, fld in zip(columns, self.operator.output, strict=True)
-        ]
+        output = self.operator.output
+        arrays: list[pa.Array] = []
+        if rows and width:
+            # Arrow reads row tuples as one struct array: no column tuple
+            # made in Python. Rows of another kind (lists) go column by column.
+            try:
+                arrays = pa.array(rows, type=pa.struct(list(output))).flatten()
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                arrays = []  # the columns raise what is wrong, if anything
+        if not arrays:
+            columns = list(zip(*rows, strict=True)) if rows else [()] * width
+            arrays = [
+                pa.array(list(col), type=fld.type) for col, fld in zip(columns, output, strict=True)
+            ]
         arrays.append(pa.array(kinds, type=pa.string()))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
