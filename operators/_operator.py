@@ -207,6 +207,14 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
     def on_timer(self, ctx: OperatorContext, timer: Timer) -> None:  # noqa: B027
         """Called for each due timer, in time order, after the batch's rows."""
 
+    def flush(self, ctx: OperatorContext) -> None:  # noqa: B027 - optional hook
+        """Write to the state tables what the operator holds back within a
+        micro-batch (a join writes its held rows once per micro-batch, not
+        per input batch), so that whoever reads the tables next sees them
+        current. Called after the batch's rows, timers and watermark, before
+        :meth:`close`, and by the test harness before it hands a table or the
+        metrics out in the middle of a batch. By default nothing is held."""
+
     def close(self, ctx: OperatorContext) -> None:  # noqa: B027 - optional hook
         """Called after the batch, before the commit (per partition)."""
 

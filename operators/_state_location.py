@@ -220,8 +220,7 @@ class StateLocation:
     def side_table(self, operator: str, side: str, batch_id: int | None = None) -> TableMeta:
         """The table of a join's ``side`` (``left`` or ``right``): the table
         of that name (``StreamingJoin``, the FK join's stages), or
-        ``{side}_rows`` (``AppendJoin``, whose ``{side}_index`` only orders
-        them by time)."""
+        ``{side}_rows`` (``AppendJoin``)."""
         metas = self.tables(operator, batch_id)
         for name in (side, f"{side}_rows"):
             for meta in metas:

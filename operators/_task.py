@@ -236,10 +236,19 @@ class BatchRun(OperatorContext):
             self.operator.on_watermark(self, wm)
             self._removal_ns += time.perf_counter_ns() - started
 
+    def flush(self) -> None:
+        """Have the operator write what it holds back to its tables
+        (:meth:`~operators.Operator.flush`): they are current after it."""
+        if self._opened:
+            started = time.perf_counter_ns()
+            self.operator.flush(self)
+            self._update_ns += time.perf_counter_ns() - started
+
     def finish(self) -> pa.RecordBatch:
         """Close the operator's batch; the rows emitted since the last
         :meth:`drain`, with their kinds."""
         self._open()
+        self.flush()
         self.operator.close(self)
         out = self.drain()
         self.metrics.setdefault("numOutputRows", 0)
@@ -271,12 +280,12 @@ class BatchRun(OperatorContext):
         rows, kinds = self._rows, self._kinds
         self._rows, self._kinds = [], []
         width = len(self.operator.output)
-        for row in rows:
-            if len(row) != width:
-                raise InputError(
-                    f"operator {self.operator.name!r} emitted a row of {len(row)} values, "
-                    f"its output schema has {width} columns: {row!r}"
-                )
+        if rows and set(map(len, rows)) != {width}:  # a loop in C
+            row = next(r for r in rows if len(r) != width)
+            raise InputError(
+                f"operator {self.operator.name!r} emitted a row of {len(row)} values, "
+                f"its output schema has {width} columns: {row!r}"
+            )
         columns = list(zip(*rows, strict=True)) if rows else [()] * width
         arrays = [
             pa.array(list(col), type=fld.type)

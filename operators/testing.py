@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._changelog import ROW_KIND, RowKind
+from operators._changelog import ROW_KIND, RowKind, row_kinds
 from operators._operator import Operator
 from operators._pipeline_harness import PipelineHarness
 from operators._task import BatchRun, state_metrics, state_tables
@@ -117,17 +117,25 @@ class OperatorHarness:
 
     @property
     def tables(self) -> Mapping[str, StateTable]:
-        """The operator's state tables (the timer table too)."""
+        """The operator's state tables (the timer table too), current: in
+        the middle of a batch the operator first writes what it holds back
+        (:meth:`~operators.Operator.flush`)."""
+        if self._run is not None:
+            self._run.flush()
         return self._state.tables
 
     def table(self, name: str) -> StateTable:
-        """One of the operator's state tables."""
-        return self._state.tables[name]
+        """One of the operator's state tables, current (as :attr:`tables`)."""
+        return self.tables[name]
 
     @property
     def metrics(self) -> dict[str, int]:
-        """The counters the operator added to in the batch in progress."""
-        return {} if self._run is None else dict(self._run.metrics)
+        """The counters the operator added to in the batch in progress, with
+        what it holds back written (as :attr:`tables`)."""
+        if self._run is None:
+            return {}
+        self._run.flush()
+        return dict(self._run.metrics)
 
     # -- feeding ----------------------------------------------------------------------
 
@@ -148,12 +156,10 @@ class OperatorHarness:
         """What ``run`` emitted since the last drain (or ``batch``, what its
         ``finish`` returned), added to :attr:`output`."""
         batch = run.drain() if batch is None else batch
-        kinds = batch.column(ROW_KIND).to_pylist()
         names = [f.name for f in self.operator.output]
         columns = [batch.column(n).to_pylist() for n in names]
         rows = list(zip(*columns, strict=True)) if columns else [()] * batch.num_rows
-        parse = RowKind.parse
-        out = [(parse(k), r) for k, r in zip(kinds, rows, strict=True)]
+        out = list(zip(row_kinds(batch), rows, strict=True))
         self.output.extend(out)
         return out
 
@@ -214,6 +220,15 @@ class OperatorHarness:
         run = self._batch_run()
         run.process(side, batch)
         return self._emitted(run)
+
+    def process_arrow(self, batch: pa.RecordBatch, side: int = 0) -> pa.RecordBatch:
+        """Process one Arrow batch of input ``side`` as :meth:`process_batch`
+        does, and return what the operator emitted as the Spark runner hands
+        it on: one Arrow batch of the output schema plus the row-kind column,
+        not made into Python rows and not added to :attr:`output`."""
+        run = self._batch_run()
+        run.process(side, batch)
+        return run.drain()
 
     def advance_watermark(self, watermark: int) -> list[Emitted]:
         """Move the event-time watermark (milliseconds) forward: due event-time

@@ -241,7 +241,7 @@ def _columns(data: bytes, pos: int, count: int) -> tuple[int, Writes]:
     keys = take(int(key_lengths.sum()))
     values = take(int(value_lengths.sum()))
     validity = None if put.all() else pa.py_buffer(np.packbits(put, bitorder="little"))
-    return pos, Writes(
+    return pos, Writes.from_arrays(
         _binary(count, None, key_lengths, keys), _binary(count, validity, value_lengths, values)
     )
 

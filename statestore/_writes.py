@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
 from operator import itemgetter
 from typing import Any, overload
 
@@ -30,12 +31,16 @@ class Writes(Sequence[WriteOp]):
     Two batches are equal when they hold the same writes in the same order.
 
     ``distinct`` says that no key appears twice (as in a commit's batch),
-    so that a backend may apply the deletes and the puts in either order.
+    so that a backend may apply the deletes and the puts in either order;
+    ``ordered`` that the keys also ascend, so that a backend may write them
+    straight into a sorted file.
     """
 
-    __slots__ = ("distinct", "keys", "values")
+    __slots__ = ("distinct", "keys", "ordered", "values")
 
-    def __init__(self, keys: pa.Array, values: pa.Array, distinct: bool = False) -> None:
+    def __init__(
+        self, keys: pa.Array, values: pa.Array, distinct: bool = False, ordered: bool = False
+    ) -> None:
         for name, column in (("keys", keys), ("values", values)):
             if not isinstance(column, pa.Array) or column.type != _BINARY:
                 kind = getattr(column, "type", type(column).__name__)
@@ -46,7 +51,8 @@ class Writes(Sequence[WriteOp]):
             raise ValueError(f"{keys.null_count} null key(s): a key is never null")
         self.keys = keys
         self.values = values
-        self.distinct = distinct
+        self.distinct = distinct or ordered
+        self.ordered = ordered
 
     @classmethod
     def of(cls, ops: Iterable[WriteOp]) -> Writes:
@@ -62,6 +68,14 @@ class Writes(Sequence[WriteOp]):
         return cls(pa.array(keys, _BINARY), pa.array(values, _BINARY))
 
     @classmethod
+    def from_arrays(cls, keys: pa.Array, values: pa.Array) -> Writes:
+        """``keys[i]`` gets ``values[i]``, in this order; ordered (and so
+        distinct) when the keys ascend strictly, which one comparison in C
+        finds out (a changelog written from a commit's batch, say)."""
+        ordered = len(keys) < 2 or bool(pc.all(pc.less(keys[:-1], keys[1:])).as_py())
+        return cls(keys, values, ordered=ordered)
+
+    @classmethod
     def in_key_order(cls, keys: list[bytes], values: list[bytes | None]) -> Writes:
         """``keys[i]`` gets ``values[i]``, sorted by key (keys compare as
         unsigned bytes; they must be distinct)."""
@@ -75,19 +89,24 @@ class Writes(Sequence[WriteOp]):
             ordered = pa.Array.from_buffers(
                 _BINARY, len(flat), [None, writes.keys.buffers()[1], pa.py_buffer(flat[order])]
             )
-            return cls(ordered, writes.values.take(pa.array(order)), distinct=True)
+            return cls(ordered, writes.values.take(pa.array(order)), ordered=True)
         at = pc.sort_indices(writes.keys)
-        return cls(writes.keys.take(at), writes.values.take(at), distinct=True)
+        return cls(writes.keys.take(at), writes.values.take(at), ordered=True)
 
     @classmethod
     def concat(cls, parts: Sequence[Writes], distinct: bool = False) -> Writes:
         """``parts`` one after another; ``distinct`` says that no key is in
-        two of them (the batches of different tables, say)."""
+        two of them (the batches of different tables, say). Ordered when
+        every part is and each part's keys come after the last part's."""
         if not parts:
-            return cls(pa.array([], _BINARY), pa.array([], _BINARY), distinct)
+            return cls(pa.array([], _BINARY), pa.array([], _BINARY), distinct, ordered=True)
         keys = pa.concat_arrays([p.keys for p in parts])
         values = pa.concat_arrays([p.values for p in parts])
-        return cls(keys, values, distinct and all(p.distinct for p in parts))
+        filled = [p for p in parts if len(p)]
+        ordered = all(p.ordered for p in parts) and all(
+            a.keys[-1].as_py() < b.keys[0].as_py() for a, b in pairwise(filled)
+        )
+        return cls(keys, values, distinct and all(p.distinct for p in parts), ordered)
 
     def __iter__(self) -> Iterator[WriteOp]:
         return zip(self.keys.to_pylist(), self.values.to_pylist(), strict=True)
@@ -103,7 +122,10 @@ class Writes(Sequence[WriteOp]):
 
     def __getitem__(self, index: int | slice) -> WriteOp | Writes:
         if isinstance(index, slice):
-            return Writes(self.keys[index], self.values[index], self.distinct)
+            forward = index.step is None or index.step > 0
+            return Writes(
+                self.keys[index], self.values[index], self.distinct, self.ordered and forward
+            )
         return (self.keys[index].as_py(), self.values[index].as_py())
 
     def __eq__(self, other: Any) -> bool:

@@ -155,7 +155,8 @@ through `ParquetSink`. Time is wall time from `start()` to the end of the last
 batch; outside `--quick` each side runs {repeats} times, alternating, and the
 table compares the medians. Both emit the same number of rows (checked). The
 harness reading is the same data through `OperatorHarness` on one partition
-(RocksDB), commits included.
+(RocksDB), commits included, the joined rows kept in Arrow as the Spark
+runner hands them on (`process_arrow`), not turned into Python rows.
 
 The runner-alone reading runs the same files through relstate's runner with an
 operator that keeps and emits nothing: what any operator pays for Spark's

@@ -96,9 +96,11 @@ A changelog join of two inputs `(id, k, v)` on `k`, {rows:,} rows per side (abou
 one in six a delete of a live row; keys from {rows // 2:,} values, so each row
 meets a couple of rows of the other side), in 5 micro-batches of alternating
 runs of 1,000 rows per side, through `OperatorHarness` on one partition, a
-commit after each micro-batch. Inner and full outer joins; each side with a
-unique key (`id`: rows keyed `(k, id)`) or without (rows keyed `(k, row)` with
-a count). Time is wall time of the whole run, commits included.
+commit after each micro-batch; relstate's output is kept as the Arrow batches
+the Spark runner hands on (`process_arrow`), not turned back into Python rows.
+Inner and full outer joins; each side with a unique key (`id`: rows keyed
+`(k, id)`) or without (rows keyed `(k, row)` with a count). Time is wall time
+of the whole run, commits included.
 
 Baselines, measured in the same run on the same rows: **{_DICT}** (the same
 emit rules on `dict`s, rows read from the same Arrow batches; no state store,

@@ -44,15 +44,15 @@ from operators.join._metrics import (
     side_metric,
 )
 from operators.join._spec import JoinSpec, JoinType, output_schema
-from statestore import ConsistencyMode, InconsistencyError, StateTable
+from statestore import ConsistencyMode, StateTable
 
 __all__ = ["AppendJoin", "JoinCondition"]
 
 #: An extra join condition over a (left row, right row) pair of input tuples.
 JoinCondition = Callable[[tuple[Any, ...], tuple[Any, ...]], bool]
 
-#: A bounded scan of one join key costs about as much as reading this many
-#: rows of a scan over the whole table.
+#: A bounded scan costs about as much as reading this many rows of one
+#: ordered pass.
 _SEEK_ROWS = 20
 
 
@@ -102,7 +102,7 @@ class AppendJoin(Operator):
                 )
         self.time_columns = (left_time, right_time)
         self.sides = (side_state(0, left, keys[0]), side_state(1, right, keys[1]))
-        self.tables = [*(t for s in self.sides for t in (s.rows, s.index)), FLOORS]
+        self.tables = [*(s.rows for s in self.sides), FLOORS]
         self.output = output_schema(spec, left_prefix, right_prefix)
         # What each batch run in progress (by context) holds back until its
         # close: see _Run.
@@ -185,10 +185,10 @@ class AppendJoin(Operator):
         )
         if null_key is not None:
             probe = probe.filter(pc.invert(null_key))  # a null key meets nothing (SQL)
-        stored, stored_flags = self._candidates(run, 1 - side, other_rows, other, probe)
+        stored, stored_flags = self._candidates(run, 1 - side, other_rows, probe)
         held = run.held[1 - side]
         candidates = _concat_rows(other.rows.columns, [stored, *held.rows])
-        mine_at, theirs_at = self._pairs(side, batch, probe, candidates, other)
+        mine_at, theirs_at = self._pairs(side, batch, probe, candidates, other, (lo, hi))
         if len(mine_at):
             here = batch.take(mine_at)
             there = candidates.take(theirs_at)
@@ -222,36 +222,39 @@ class AppendJoin(Operator):
         probe: pa.Table,
         candidates: pa.RecordBatch,
         other: SideState,
+        bounds: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The matching (batch row, candidate row) positions, ordered by batch
-        row then by the candidate's key order: a hash join on the key, the
-        time range, then the extra condition. A batch row's candidates share
-        its join key, so their key order is that of (time, seq), whether they
-        are stored or held back in this batch."""
+        row then by the candidate's key order: a hash join on the key alone
+        (no payload but the positions), the time range (``bounds``, per batch
+        row) and the order in numpy, then the extra condition. A batch row's
+        candidates share its join key, so their key order is that of (time,
+        seq), whether they are stored or held back in this batch."""
+        names = [_key(i) for i in range(len(other.key_positions))]
+        if not probe.num_rows or not candidates.num_rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
         stored = pa.table(
             {
                 **{
-                    _key(i): key_equal_values(candidates.column(p + 2))
-                    for i, p in enumerate(other.key_positions)
+                    name: key_equal_values(candidates.column(p + 2))
+                    for name, p in zip(names, other.key_positions, strict=True)
                 },
                 _CANDIDATE: np.arange(candidates.num_rows),
-                _STORED_TIME: candidates.column(0),
-                _SEQ: candidates.column(1),
             }
         )
-        if not probe.num_rows or not stored.num_rows:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
-        joined = probe.join(
-            stored, [_key(i) for i in range(len(other.key_positions))], join_type="inner"
+        joined = probe.select([*names, _ROW]).join(
+            stored, names, join_type="inner", use_threads=False
         )
-        at = pc.field(_STORED_TIME)
-        joined = joined.filter((at >= pc.field(_LO)) & (at <= pc.field(_HI)))
-        joined = joined.sort_by(
-            [(_ROW, "ascending"), (_STORED_TIME, "ascending"), (_SEQ, "ascending")]
-        )
-        mine_at = np.asarray(joined.column(_ROW), dtype=np.int64)
-        theirs_at = np.asarray(joined.column(_CANDIDATE), dtype=np.int64)
+        mine_at = _positions(joined.column(_ROW))
+        theirs_at = _positions(joined.column(_CANDIDATE))
+        times = np.asarray(candidates.column(0), dtype=np.int64)[theirs_at]
+        lo, hi = bounds
+        met = (times >= lo[mine_at]) & (times <= hi[mine_at])
+        mine_at, theirs_at, times = mine_at[met], theirs_at[met], times[met]
+        seqs = np.asarray(candidates.column(1), dtype=np.int64)[theirs_at]
+        order = np.lexsort((seqs, times, mine_at))
+        mine_at, theirs_at = mine_at[order], theirs_at[order]
         if self.condition is None or not len(mine_at):
             return mine_at, theirs_at
         rows = _tuples(batch.take(mine_at), self.inputs[side].names)
@@ -266,32 +269,52 @@ class AppendJoin(Operator):
 
     @staticmethod
     def _candidates(
-        run: _Run, side: int, table: StateTable, state: SideState, probe: pa.Table
+        run: _Run, side: int, table: StateTable, probe: pa.Table
     ) -> tuple[pa.RecordBatch, npt.NDArray[np.bool_]]:
         """The committed rows of ``table`` (``side``'s) that the probe's rows
-        may meet, and their matched flags: one bounded prefix scan per join
-        key (over the time range its rows reach), or, when the keys are many
-        for the table's size, the whole table, read once per batch and kept
-        (a bounded scan costs about as much as reading :data:`_SEEK_ROWS` rows
-        of a whole-table scan). The table holds no row of this batch yet:
-        those are held back (:class:`_Run`)."""
-        whole = run.whole[side]
-        if whole is not None:
-            return whole
-        names = [_key(i) for i in range(len(state.key_positions))]
-        reach = probe.group_by(names).aggregate([(_LO, "min"), (_HI, "max")])
-        if reach.num_rows * _SEEK_ROWS >= table.row_count:
-            rows = table.scan_batch()
-            # The flags are kept apart, so that matches set them in place.
-            whole = run.whole[side] = (rows, _flags(rows))
-            return whole
-        los = reach.column(f"{_LO}_min").to_pylist()
-        his = reach.column(f"{_HI}_max").to_pylist()
-        keys = zip(*(reach.column(n).to_pylist() for n in names), strict=True)
-        rows = table.scan_ranges(
-            (key, (lo,), (hi + 1,)) for key, lo, hi in zip(keys, los, his, strict=True)
-        )
-        return rows, _flags(rows)
+        may meet, and their matched flags. The time leads the table's key, so
+        the rows within the probe's time ranges are read by one range scan
+        per run of overlapping ranges or, when those runs are many for the
+        table's size, by one scan from the least time reached to the greatest
+        (a bounded scan costs about as much as reading :data:`_SEEK_ROWS`
+        rows of one pass). One span of times read is kept per batch: a later
+        probe reads only the times it reaches beyond it. The table holds no
+        row of this batch yet: those are held back (:class:`_Run`)."""
+        if not probe.num_rows:
+            return _concat_rows(table.schema.columns, []), np.zeros(0, dtype=bool)
+        los = np.asarray(probe.column(_LO), dtype=np.int64)
+        his = np.asarray(probe.column(_HI), dtype=np.int64)
+        lo, hi = int(los.min()), int(his.max())
+        span = run.span[side]
+        if span is None:
+            starts, ends = _runs_of(los, his)
+            if len(starts) * _SEEK_ROWS < table.row_count:
+                rows = table.scan_ranges(
+                    ((), (int(a),), (int(b) + 1,)) for a, b in zip(starts, ends, strict=True)
+                )
+                flags = _flags(rows)
+                if len(starts) == 1:  # the one run is the span
+                    run.span[side] = (lo, hi, rows, flags)
+                return rows, flags
+            span = (lo, lo - 1, _concat_rows(table.schema.columns, []), np.zeros(0, dtype=bool))
+        first, last, rows, flags = span
+        if first <= lo and hi <= last:
+            return rows, flags
+        # The flags are kept apart, so that matches set them in place; those
+        # of the rows read before keep what this batch's matches set.
+        parts, marks = [rows], [flags]
+        if lo < first:
+            below = table.scan_batch(start=(lo,), end=(first,))
+            parts.insert(0, below)
+            marks.insert(0, _flags(below))
+        if hi > last:
+            above = table.scan_batch(start=(last + 1,), end=(hi + 1,))
+            parts.append(above)
+            marks.append(_flags(above))
+        rows = _concat_rows(table.schema.columns, parts)
+        flags = np.concatenate(marks)
+        run.span[side] = (min(lo, first), max(hi, last), rows, flags)
+        return rows, flags
 
     @staticmethod
     def _flag_matched(
@@ -347,31 +370,26 @@ class AppendJoin(Operator):
             [stamps, seqs, *inputs, pa.array(found, type=pa.bool_())],
             schema=state.rows.columns,
         )
-        keys = self._key_columns(batch, side)
-        index = pa.RecordBatch.from_arrays([stamps, *keys, seqs], schema=state.index.columns)
         held = run.held[side]
         held.rows.append(rows)
-        held.index.append(index)
         held.flags = np.concatenate([held.flags, found])
         held.buckets = np.concatenate([held.buckets, np.asarray(buckets, dtype=np.int64)])
 
     def _store(self, ctx: OperatorContext, side: int, held: _Held, at: slice | None) -> None:
         """Insert the held-back rows of ``side`` (those ``at``, or all) into
-        its tables, two batch inserts (no reads: every seq is new)."""
+        its table, one batch insert (no reads: every seq is new)."""
         if not held.rows:
             return
         state = self.sides[side]
         rows = _concat_rows(state.rows.columns, held.rows)
         flags = pa.array(held.flags, type=pa.bool_())
         rows = rows.set_column(rows.num_columns - 1, state.rows.columns.field(-1), flags)
-        index = _concat_rows(state.index.columns, held.index)
         buckets = held.buckets
         if at is not None:
-            rows, index, buckets = rows.filter(at), index.filter(at), buckets[at]
+            rows, buckets = rows.filter(at), buckets[at]
         if not len(buckets):
             return
         ctx.table(state.rows.name).insert_batch(rows)
-        ctx.table(state.index.name).insert_batch(index)
         lowest = int(np.min(buckets))
         floor = self._floor(ctx, side)
         if floor is None or lowest < floor:
@@ -424,45 +442,30 @@ class AppendJoin(Operator):
         return None if row is None else int(row[1])
 
     def _evict(self, ctx: OperatorContext, side: int, cut: int) -> None:
-        state = self.sides[side]
-        index = ctx.table(state.index.name)
+        """Remove ``side``'s rows stored at or below ``cut``: the time leads
+        their key, so an inner side's go by one range delete, never read; an
+        outer side's are read first by one range scan, to pad the unmatched."""
+        table = ctx.table(self.sides[side].rows.name)
         floor = self._floor(ctx, side)
         if floor is None or floor > cut:
             return
-        # The index entries are the rows' primary keys, column for column.
-        entries = index.scan_batch(start=(floor,), end=(cut + 1,))
-        # Nothing at or below the cut is left: the floor moves above it.
-        ctx.table(FLOORS.name).upsert((side, cut + 1))
-        if not entries.num_rows:
-            return
-        table = ctx.table(state.rows.name)
         padded = 0
         if side in self.outer_sides:
-            padded = self._pad_unmatched(ctx, side, table, entries)
-        # An inner side's rows are deleted without reading them: the index
-        # and the rows are written in one commit, so the index is trusted.
-        table.delete_keys(entries)
-        index.clean_below(cut + 1, start=floor)
+            evicting = table.scan_batch(start=(floor,), end=(cut + 1,))
+            padded = self._pad_unmatched(ctx, side, evicting)
+        evicted = table.clean_below(cut + 1, start=floor)
+        # Nothing at or below the cut is left: the floor moves above it.
+        ctx.table(FLOORS.name).upsert((side, cut + 1))
+        if not evicted:
+            return
         name = SIDE_NAMES[side]
-        ctx.count(side_metric(name, EVICTED), entries.num_rows)
-        ctx.count(side_metric(name, REMOVED), entries.num_rows)
+        ctx.count(side_metric(name, EVICTED), evicted)
+        ctx.count(side_metric(name, REMOVED), evicted)
         ctx.count(PADDED, padded)
 
-    def _pad_unmatched(
-        self, ctx: OperatorContext, side: int, table: StateTable, entries: pa.RecordBatch
-    ) -> int:
-        """Emit the evicted rows of outer ``side`` that never matched, padded
-        with nulls; returns how many."""
-        stored, found = table.get_batch(entries)
-        if stored.num_rows < entries.num_rows:
-            at = pc.index(found, False).as_py()
-            missing = tuple(entries.slice(at, 1).to_pylist()[0].values())
-            raise InconsistencyError(
-                f"operator {self.name!r}: the {SIDE_NAMES[side]} index names row {missing!r}, "
-                "which is not stored; the state is corrupt, restore an earlier checkpoint",
-                self.sides[side].rows.name,
-                missing,
-            )
+    def _pad_unmatched(self, ctx: OperatorContext, side: int, stored: pa.RecordBatch) -> int:
+        """Emit the ``stored`` rows of outer ``side`` (being evicted) that
+        never matched, padded with nulls; returns how many."""
         unmatched = stored.filter(pc.invert(stored.column(stored.num_columns - 1)))
         if not unmatched.num_rows:
             return 0
@@ -475,19 +478,18 @@ class AppendJoin(Operator):
 
 #: Column names of the hash join between a batch and the stored rows.
 _ROW, _LO, _HI = "__row", "__lo", "__hi"
-_CANDIDATE, _STORED_TIME, _SEQ = "__candidate", "__stored_time", "__seq"
+_CANDIDATE = "__candidate"
 
 
 class _Held:
     """One side's rows of the batch in progress, held back until its close:
-    the ``rows`` and ``index`` rows as the tables take them, and per row its
-    matched flag (set in place as the other side meets it) and its time."""
+    the rows as the table takes them, and per row its matched flag (set in
+    place as the other side meets it) and its time."""
 
-    __slots__ = ("buckets", "flags", "index", "rows")
+    __slots__ = ("buckets", "flags", "rows")
 
     def __init__(self) -> None:
         self.rows: list[pa.RecordBatch] = []
-        self.index: list[pa.RecordBatch] = []
         self.flags: npt.NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self.buckets: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
 
@@ -495,15 +497,42 @@ class _Held:
 class _Run:
     """What one batch run (one context) keeps between its calls: the next
     free seq (seqs only tell apart rows of one key and time in one
-    partition's state), each side's held-back rows, and each side's whole
-    committed table with its matched flags once a probe has read it."""
+    partition's state), each side's held-back rows, and each side's last
+    committed rows read by one scan: their least and greatest time reached
+    (inclusive), the rows and their matched flags."""
 
-    __slots__ = ("held", "next_seq", "whole")
+    __slots__ = ("held", "next_seq", "span")
 
     def __init__(self, next_seq: int) -> None:
         self.next_seq = next_seq
         self.held = (_Held(), _Held())
-        self.whole: list[tuple[pa.RecordBatch, npt.NDArray[np.bool_]] | None] = [None, None]
+        self.span: list[_Span | None] = [None, None]
+
+
+#: Committed rows of one side read by one scan: from, to (µs, inclusive),
+#: the rows, their matched flags.
+_Span = tuple[int, int, pa.RecordBatch, npt.NDArray[np.bool_]]
+
+
+def _runs_of(
+    los: npt.NDArray[np.int64], his: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The inclusive ranges ``[los[i], his[i]]`` merged where they overlap
+    or touch: the starts and ends of the disjoint runs, in order."""
+    order = np.argsort(los, kind="stable")
+    los, his = los[order], his[order]
+    reach = np.maximum.accumulate(his)
+    # A run starts where a range begins past every earlier range's end + 1.
+    new = np.ones(len(los), dtype=bool)
+    new[1:] = los[1:] > reach[:-1] + 1
+    firsts = np.flatnonzero(new)
+    lasts = np.append(firsts[1:] - 1, len(los) - 1)
+    return los[firsts], reach[lasts]
+
+
+def _positions(column: pa.ChunkedArray) -> npt.NDArray[np.int64]:
+    """A column of row positions (int64, no nulls) as a numpy array."""
+    return np.asarray(column.to_numpy(), dtype=np.int64)
 
 
 def _flags(rows: pa.RecordBatch) -> npt.NDArray[np.bool_]:

@@ -1,18 +1,18 @@
-"""The state of one side of an append-mode join: its rows, keyed join key
-first so that one prefix scan over a time sub-range finds every match, and an
-index by time so that eviction is a range scan below the state watermark.
+"""The state of one side of an append-mode join: its rows, keyed time first,
+so that eviction below the state watermark is one range delete and the rows
+a batch can meet are one range scan over the times it reaches.
 
-``rows``:  ``join key | time | seq`` -> ``(time, seq, *input row, matched)``
-``index``: ``time | join key | seq`` -> nothing
+``rows``: ``time | join key | seq`` -> ``(time, seq, *input row, matched)``
 
 ``time`` is the event time (a range join) or the window start (a window
 join), in microseconds; ``seq`` tells apart rows with equal key and time.
 
 ``floors``: ``side`` -> ``floor``, no stored time of the side below it. An
-eviction scans the index from there, not from the table's start, where
-RocksDB would step over the tombstones of every earlier eviction. Without a
-floor a side is never evicted, so a repartition gives every new partition the
-least old floor (a lower bound still).
+eviction's range delete (and its count of the rows it removes) starts there,
+not at the table's start, where RocksDB would step over the deleted keys of
+every earlier eviction. Without a floor a side is never evicted, so a
+repartition gives every new partition the least old floor (a lower bound
+still).
 """
 
 from __future__ import annotations
@@ -54,19 +54,17 @@ FLOORS = TableSchema(
 
 @dataclass(frozen=True)
 class SideState:
-    """The two tables of one side. A ``rows`` row is ``(time, seq, *input
-    row, matched)``; an ``index`` row is ``(time, *join key, seq)``, the
-    primary key of the ``rows`` row it names, column for column."""
+    """The table of one side: a ``rows`` row is ``(time, seq, *input row,
+    matched)``, keyed ``(time, *join key, seq)``."""
 
     rows: TableSchema
-    index: TableSchema
     #: Positions of the join key columns in an input row.
     key_positions: tuple[int, ...]
 
 
 def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
-    """The tables of ``side`` (ids 1, 2 for the left, 3, 4 for the right) for
-    an input ``schema`` joined on ``keys``."""
+    """The table of ``side`` (id 1 for the left, 3 for the right) for an
+    input ``schema`` joined on ``keys``."""
     name = SIDE_NAMES[side]
     reserved = [n for n in schema.names if n.startswith("__")]
     if reserved:
@@ -77,16 +75,14 @@ def side_state(side: int, schema: pa.Schema, keys: Sequence[str]) -> SideState:
     time = pa.field(_TIME, pa.int64(), nullable=False)
     seq = pa.field(_SEQ, pa.int64(), nullable=False)
     rows = pa.schema([time, seq, *schema, pa.field(_MATCHED, pa.bool_(), nullable=False)])
-    index = pa.schema([time, *(schema.field(k) for k in keys), seq])
     return SideState(
-        rows=TableSchema(1 + 2 * side, rows, [*keys, _TIME, _SEQ], name=f"{name}_rows"),
-        index=TableSchema(
-            2 + 2 * side,
-            index,
-            index.names,
-            name=f"{name}_index",
+        rows=TableSchema(
+            1 + 2 * side,
+            rows,
+            [_TIME, *keys, _SEQ],
+            name=f"{name}_rows",
+            # The time leads the key; the query's key is the join key.
             partition_by=tuple(keys),
-            auxiliary=True,
         ),
         key_positions=tuple(schema.names.index(k) for k in keys),
     )

@@ -12,11 +12,14 @@ join key -> its rows in key order, keyed by Python tuples, as a join on
 plain dicts keeps them, a row named by its index in parallel lists (no
 Python object per row). The emit rules run over those rows in memory, the
 same rules as record at a time (the held side answers the calls a state
-view answers); at the end of the input batch each row written gets its
-net change, in one batch write per kind. What was read stays for the next
-input batch of the micro-batch, as long as nothing else wrote the table. The
-rules see the rows they would have seen record at a time, in the same key
-order, so the output is the same row for row.
+view answers). What was read and written stays for the next input batch of
+the micro-batch; at its end (the operator's ``flush``) each row written gets
+its net change, in one batch write per kind, so a row that several input
+batches change is written once. Until then the table holds the rows as of
+the last flush, and a later read of it is laid under the rows held (held
+rows win, rows added since are listed with the rows read). The rules see
+the rows they would have seen record at a time, in the same key order, so
+the output is the same row for row.
 """
 
 from __future__ import annotations
@@ -150,16 +153,21 @@ class HeldSide:
         self.by_join_key: dict[Row, Sequence[int]] = {}
         #: Join keys whose rows took a row at their end since sorted.
         self.unsorted: set[Row] = set()
+        #: Rows added since the last flush under a join key not held whole:
+        #: perhaps not in the table, so listed with its rows when read.
+        self.unlisted: dict[Row, list[int]] = {}
         #: Every row of the table is held (:meth:`load_all`).
         self.complete = False
         #: The rows written since the last flush, each with what the state
         #: table holds for it: its row, appearances and associations
         #: (``None``: the table does not hold it).
         self.written: dict[int, tuple[Row, int, int] | None] = {}
-        #: The last row :meth:`find` looked for, its identity and join key.
+        #: The last row :meth:`find` looked for, its identity, join key and
+        #: held index (``None``: not held).
         self._found_row: Row = ()
         self._found_key: Row = ()
         self._found_join_key: Row = ()
+        self._found_at: int | None = None
         #: The operations as issued since the last flush (the table's
         #: metrics) and the view's counters, as record at a time counts them.
         self.inserted = self.updated = self.deleted = 0
@@ -300,7 +308,22 @@ class HeldSide:
             under = found.get(key)
             if under is not None:  # else equal in Arrow, not in the key bytes
                 under.append(i)
-        self.by_join_key.update((key, tuple(under)) for key, under in found.items())
+        self._list(found)
+
+    def _list(self, found: dict[Row, list[int]]) -> None:
+        """Hold ``found``, each join key's rows read from the table in key
+        order, as the join keys' rows in the side: with no row gone since
+        the last flush, with the rows added since (:attr:`unlisted`)."""
+        appearances, unlisted = self._appearances, self.unlisted
+        written = self.written
+        for key, under in found.items():
+            added = unlisted.pop(key, None) if unlisted else None
+            if written:
+                under = [i for i in under if appearances[i]]
+            if added:
+                under = list(dict.fromkeys([*under, *(i for i in added if appearances[i])]))
+                self.unsorted.add(key)
+            self.by_join_key[key] = tuple(under)
 
     def load_all(self) -> None:
         """Read the whole table (one scan, decoded once); a :attr:`plain`
@@ -314,17 +337,19 @@ class HeldSide:
         indices, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
             return
-        self.unsorted.clear()
         # A scan comes in key order, the join key first: a join key's
-        # rows are in a run, in order.
-        found: dict[Row, list[int]] = {}
+        # rows are in a run, in order. A join key held whole keeps its rows.
+        held = self.by_join_key
+        found: dict[Row, list[int]] = {key: [] for key in self.unlisted}
         for key, i in zip(join_keys, indices, strict=True):
+            if key in held:
+                continue
             under = found.get(key)
             if under is None:
                 found[key] = [i]
             else:
                 under.append(i)
-        self.by_join_key = {key: tuple(under) for key, under in found.items()}
+        self._list(found)
 
     def _hold_whole(self, stored_rows: pa.RecordBatch) -> None:
         """Hold the rows of the whole table, map their identities and list
@@ -374,8 +399,9 @@ class HeldSide:
         key = self.identity(row)
         # The rules add the row they found nothing for next: its keys are
         # then at hand (kept apart: no tuple made per input row).
-        self._found_row, self._found_key, self._found_join_key = row, key, join_key
         i = self.by_identity.get(key)
+        self._found_row, self._found_key, self._found_join_key = row, key, join_key
+        self._found_at = i
         return i if i is not None and self._appearances[i] else None
 
     def records(self, ctx: OperatorContext, join_key: Row) -> Sequence[int]:
@@ -414,38 +440,43 @@ class HeldSide:
     def add(self, ctx: OperatorContext, row: Row, found: int | None, associations: int) -> None:
         """One more appearance of ``row`` (replacing ``found``, the row with
         its identity, if any) with ``associations``."""
-        if found is None:
-            if row is self._found_row:
-                key, join_key = self._found_key, self._found_join_key
-            else:
-                key, join_key = self.identity(row), self.join_key(row)
-            i = self.by_identity.get(key)
-            if i is None:
-                i = self.by_identity[key] = len(self._rows)
-                self._rows.append(row)
-                self._appearances.append(1)
-                self._associations.append(associations)
-                self.written[i] = None
-            else:  # held, and gone from the side since
-                self._write(i)
-                self._rows[i], self._appearances[i], self._associations[i] = row, 1, associations
-            # Listed back in the side under its join key, if that join key
-            # is held whole (else read from the table when asked for, after a
-            # flush); sorted when next read.
-            if not self.one_per_join_key:
-                under = self.by_join_key.get(join_key)
-                if under:
-                    self.by_join_key[join_key] = (*under, i)
-                    self.unsorted.add(join_key)
-                elif under is not None or self.complete:
-                    self.by_join_key[join_key] = (i,)
-            self.inserted += 1
-        else:
-            self._write(found)
+        if found is not None:
+            if found not in self.written:
+                self._write(found)
             self._rows[found], self._associations[found] = row, associations
             if not self.has_unique_key:
                 self._appearances[found] += 1
             self.updated += 1
+            return
+        by_identity, rows = self.by_identity, self._rows
+        if row is self._found_row:  # no write since find: its index holds
+            key, join_key, i = self._found_key, self._found_join_key, self._found_at
+        else:
+            key, join_key = self.identity(row), self.join_key(row)
+            i = by_identity.get(key)
+        if i is None:
+            i = by_identity[key] = len(rows)
+            rows.append(row)
+            self._appearances.append(1)
+            self._associations.append(associations)
+            self.written[i] = None
+        else:  # held, and gone from the side since
+            self._write(i)
+            rows[i], self._appearances[i], self._associations[i] = row, 1, associations
+        self.inserted += 1
+        if self.one_per_join_key:
+            return
+        # Listed back in the side under its join key, if that join key is
+        # held whole (sorted when next read), else when it is read.
+        by_join_key = self.by_join_key
+        under = by_join_key.get(join_key)
+        if under:
+            by_join_key[join_key] = (*under, i)
+            self.unsorted.add(join_key)
+        elif under is not None or self.complete:
+            by_join_key[join_key] = (i,)
+        else:
+            self.unlisted.setdefault(join_key, []).append(i)
 
     def retract(self, ctx: OperatorContext, found: int) -> None:
         """Remove one appearance of a row."""
@@ -472,32 +503,36 @@ class HeldSide:
 
     def _stored_batch(self, indices: list[int]) -> pa.RecordBatch:
         """Rows ``indices`` as the state table holds them, as one Arrow
-        batch built column by column (no stored row tuple per row)."""
-        columns: list[Sequence[Any]] = list(zip(*map(self._rows.__getitem__, indices), strict=True))
-        appearances_at, associations_at = self.view.counts_at
-        if appearances_at is not None:
-            columns.append(list(map(self._appearances.__getitem__, indices)))
-        if associations_at is not None:
-            columns.append(list(map(self._associations.__getitem__, indices)))
-        schema = self.table.schema.columns
-        return pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-            schema=schema,
-        )
+        batch: the row tuples read by Arrow as one struct array (no column
+        tuples made in Python), then the counts the side keeps."""
+        fields = list(self.table.schema.columns)
+        width = self.view.width
+        rows = pa.array(list(map(self._rows.__getitem__, indices)), type=pa.struct(fields[:width]))
+        held_counts = (self._appearances, self._associations)
+        counts = [
+            list(map(held.__getitem__, indices))
+            for at, held in zip(self.view.counts_at, held_counts, strict=True)
+            if at is not None
+        ]
+        arrays = [
+            *rows.flatten(),
+            *(pa.array(c, type=f.type) for c, f in zip(counts, fields[width:], strict=True)),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.table.schema.columns)
 
     def flush(self, ctx: OperatorContext) -> None:
         """Write each written row's net change: one batch insert, update
         and delete; count the operations as record at a time issues them."""
-        inserts: list[int] = []
         updates: list[int] = []
         deletes: list[Row] = []
         rows, appearances, associations = self._rows, self._appearances, self._associations
-        for i, old in self.written.items():
+        written = self.written
+        # Most rows written are new (the table does not hold them): those
+        # still in the side are inserts, picked in comprehensions.
+        inserts = [i for i, old in written.items() if old is None and appearances[i]]
+        for i, old in [(i, old) for i, old in written.items() if old is not None]:
             a = appearances[i]
-            if old is None:
-                if a:
-                    inserts.append(i)
-            elif not a:
+            if not a:
                 deletes.append(self.stored_row(*old))
             else:
                 old_row, old_a, old_c = old
@@ -517,6 +552,7 @@ class HeldSide:
         self.view.count(ctx, self.inserted + self.updated, self.deleted)
         self.inserted = self.updated = self.deleted = 0
         self.written.clear()
+        self.unlisted.clear()  # in the table now
         self._seen = self._signature()
 
 

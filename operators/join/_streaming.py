@@ -152,8 +152,19 @@ class StreamingJoin(Operator):
                 view.sweep(ctx)
                 sweeps.update(due, (side, now + view.ttl_ms))
 
+    def flush(self, ctx: OperatorContext) -> None:
+        """Write the net change of each row the batch path held and changed
+        in the micro-batch so far: one batch write per kind and side
+        (:meth:`~operators.join._batch.HeldSide.flush`). Once per
+        micro-batch, not per input batch: its input batches share the rows
+        held, so a row written by several of them is written once."""
+        for held in self._held.get(id(ctx), {}).values():
+            held.flush(ctx)
+
     def close(self, ctx: OperatorContext) -> None:
-        """Report each side's state rows."""
+        """Write what is held (the runner has, :meth:`flush`) and report
+        each side's state rows."""
+        self.flush(ctx)
         self._held.pop(id(ctx), None)
         for view in self.views:
             ctx.metrics[side_metric(view.name, TOTAL)] = ctx.table(view.name).row_count
@@ -162,9 +173,10 @@ class StreamingJoin(Operator):
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """The batch path (:mod:`operators.join._batch`): read every row the
-        batch may touch at once, apply the emit rules to each input row in
-        order over the rows held, write the net changes at once. A side with
-        a TTL expires rows as it reads them, and goes record at a time."""
+        batch may touch and is not held yet at once, apply the emit rules to
+        each input row in order over the rows held; the net changes are
+        written at the end of the micro-batch (:meth:`flush`). A side with a
+        TTL expires rows as it reads them, and goes record at a time."""
         if any(v.ttl_ms is not None for v in self.views):
             super().process_batch(ctx, batch, side)
             return
@@ -191,8 +203,7 @@ class StreamingJoin(Operator):
         states = (own, theirs) if side == LEFT else (theirs, own)
         for kind, row, key in zip(row_kinds(batch), rows, keys, strict=True):
             self._row(ctx, states, row, key, kind, side)
-        own.flush(ctx)
-        theirs.flush(ctx)
+        # The tables are written at the end of the micro-batch (flush).
 
     def _held_side(self, ctx: OperatorContext, side: int) -> HeldSide:
         """The rows of ``side``'s table this batch run holds, while nothing

@@ -176,6 +176,21 @@ class TestOperatorHarness:
         assert harness.process_batch(changelog) == [(UB, ("a", 1)), (UA, ("a", 7))]
         assert seen(harness) == [("a", 7), ("b", 2)]
 
+    def test_process_arrow_returns_arrow(self, harness: OperatorHarness) -> None:
+        """process_arrow returns what the operator emitted as one Arrow batch
+        with the row-kind column last, and leaves output alone."""
+        batch = pa.record_batch(
+            {ROW_KIND: ["+I", "-D"], "key": ["a", "b"], "value": pa.array([1, 2], pa.int64())}
+        )
+        out = harness.process_arrow(batch)
+        assert out.schema.names == ["key", "value", ROW_KIND]
+        assert out.to_pylist() == [
+            {"key": "a", "value": 1, ROW_KIND: "+I"},
+            {"key": "b", "value": 2, ROW_KIND: "-D"},
+        ]
+        assert harness.output == []
+        assert seen(harness) == [("a", 1)]
+
     def test_output_accumulates(self, harness: OperatorHarness) -> None:
         """output holds everything emitted so far, across calls and commits, in order."""
         harness.process_element(("a", 1))

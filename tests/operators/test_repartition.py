@@ -438,11 +438,11 @@ class TestOperatorTables:
         placed = _key_placement(checkpoint, op, "seen", 1)
         assert len(placed) == 60 and not any(placed)
 
-    def test_append_join_index_by_key_and_least_floor_everywhere(self, tmp_path: Path) -> None:
-        """AppendJoin's time indexes move by their join key, and every new
-        partition gets, per side, the least floor of the old partitions (a
-        lower bound of every time it now stores), so eviction still finds
-        every old row."""
+    def test_append_join_rows_by_key_and_least_floor_everywhere(self, tmp_path: Path) -> None:
+        """AppendJoin's rows, keyed by time first, move by their join key,
+        and every new partition gets, per side, the least floor of the old
+        partitions (a lower bound of every time it now stores), so eviction
+        still finds every old row."""
         op = AppendJoin(
             EVENTS_IN,
             EVENTS_IN,
@@ -453,14 +453,12 @@ class TestOperatorTables:
             TimeRange(1_000, 1_000),
             right_prefix="r_",
         )
-        # rows: (__t, __seq, k, ts, v, __matched); index: (__t, k, __seq)
+        # rows: (__t, __seq, k, ts, v, __matched), keyed (__t, k, __seq)
         rows = {
             "left_rows": [(100 + k, 5, k, None, k, False) for k in range(20)],
-            "left_index": [(100 + k, k, 5) for k in range(20)],
             "right_rows": [(200 + k, 6, k, None, k, True) for k in range(10, 30)],
-            "right_index": [(200 + k, k, 6) for k in range(10, 30)],
         }
-        key_at = {"left_rows": 2, "left_index": 1, "right_rows": 2, "right_index": 1}
+        key_at = {"left_rows": 2, "right_rows": 2}
         per = _keyed_state(2, rows, key_at)
         per[0]["floors"] = [(0, 100), (1, 250)]
         per[1]["floors"] = [(0, 103), (1, 210)]

@@ -141,7 +141,7 @@ class TestResumeAfterRepartition:
 
     @pytest.mark.parametrize("kind", ["append", "streaming_ttl"])
     def test_joins(self, spark: Any, tmp_path: Path, kind: str) -> None:
-        """AppendJoin (time indexes, per-side floors) and StreamingJoin with a
+        """AppendJoin (rows keyed by time first, per-side floors) and StreamingJoin with a
         TTL (per-side sweep times) output the same rows per batch after a
         repartition: rows stored before it still match, and AppendJoin still
         evicts and pads them."""

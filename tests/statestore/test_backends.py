@@ -14,6 +14,8 @@ from statestore import (
     RocksDBBackend,
     StateStoreError,
 )
+from statestore._rocksdb import INGEST_AT
+from statestore._writes import Writes
 
 
 def _fill(backend: KVBackend, n: int = 10) -> None:
@@ -123,6 +125,29 @@ class TestRocksDBBackend:
             for lower, upper in [(b"", None), (bytes([1, 2]), bytes([1, 8])), (b"\x02", None)]:
                 assert db.count(lower, upper) == len(list(db.keys(lower, upper)))
             assert db.count(bytes([1, 2]), bytes([1, 8])) == 4
+
+    def test_a_large_ordered_write_is_taken_as_a_file(self, tmp_path: Path) -> None:
+        """An ordered write of INGEST_AT keys or more (ingested as a sorted file)
+        leaves what the same writes leave in memory: range deletes first, then
+        the puts and deletes, which win inside a deleted range; no file is
+        left beside the database, and the state survives a reopen."""
+        n = INGEST_AT + 5
+        keys = [b"\x01" + i.to_bytes(4, "big") for i in range(n)]
+        before = [(k, b"old") for k in keys[::2]]
+        ops = Writes.in_key_order(keys, [None if i % 3 == 0 else b"v%d" % i for i in range(n)])
+        ranges = [(keys[10], keys[100]), (b"\x02", b"\x03")]
+        memory = MemoryBackend()
+        with RocksDBBackend(tmp_path / "db") as db:
+            for backend in (memory, db):
+                backend.write([*before, (b"\x02\x00", b"gone"), (b"\x04", b"kept")])
+                backend.write(ops, ranges)
+            assert ops.ordered and len(ops) >= INGEST_AT
+            assert db.read_range() == memory.read_range()
+            assert db.get(keys[13]) == b"v13" and db.get(keys[14]) == b"v14"
+            assert db.get(keys[3]) is None and db.get(b"\x02\x00") is None
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
+        with RocksDBBackend(tmp_path / "db") as db:
+            assert db.read_range() == memory.read_range()
 
     def test_checkpoint_copies_state(self, tmp_path: Path) -> None:
         """checkpoint() writes a directory that opens as the same database."""

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,16 @@ class TestChangelogFormat:
         ops: list[tuple[bytes, bytes | None]],
         range_deletes: list[tuple[bytes, bytes]],
     ) -> None:
-        """Any batch of puts, deletes and range deletes decodes to itself."""
+        """Any batch of puts, deletes and range deletes decodes to itself,
+        said to be ordered exactly when its keys ascend strictly."""
         cid = "ab" * 16
         log = _changelog.decode(_changelog.encode(version, cid, ops, range_deletes))
         assert (log.version, log.commit_id) == (version, cid)
         assert list(log.writes) == ops and log.range_deletes == range_deletes
+        keys = [k for k, _ in ops]
+        assert log.writes.ordered == all(a < b for a, b in pairwise(keys))
+        ascending = sorted(dict(ops).items())
+        assert _changelog.decode(_changelog.encode(version, cid, ascending, [])).writes.ordered
 
     @given(ops=write_ops.filter(bool), data=st.data())
     def test_any_damage_is_detected(

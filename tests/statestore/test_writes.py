@@ -101,14 +101,19 @@ class TestWrites:
         assert not Writes.of(ops).distinct
 
     def test_concat_lays_parts_one_after_another(self) -> None:
-        """concat joins batches in order, distinct only when said and every part is."""
+        """concat joins batches in order: distinct when said and every part is,
+        or when every part is ordered and each comes after the last (ordered)."""
         first = Writes.in_key_order([b"\x01b", b"\x01a"], [b"2", None])
         second = Writes.in_key_order([b"\x02a"], [b"3"])
         joined = Writes.concat([first, second], distinct=True)
         assert list(joined) == [(b"\x01a", None), (b"\x01b", b"2"), (b"\x02a", b"3")]
-        assert joined.distinct
+        assert joined.distinct and joined.ordered
         assert not Writes.concat([first, Writes.of([(b"\x03", b"")])], distinct=True).distinct
-        assert not Writes.concat([first, second]).distinct
+        assert Writes.concat([first, second]).ordered
+        backwards = Writes.concat([second, first])
+        assert not backwards.distinct and not backwards.ordered
+        assert not Writes.concat([second, first], distinct=True).ordered
+        assert not joined[::-1].ordered and joined[1:].ordered
         assert len(Writes.concat([])) == 0
 
     @pytest.mark.parametrize("kind", ["memory", "rocksdb"])

@@ -115,7 +115,8 @@ def _rows(rng: random.Random, base: int, keys: int) -> list[Row]:
 def test_matches_the_model(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random batches, join types, ranges (lopsided, negative bounds),
     windows and conditions give the model's rows, batch by batch; odd seeds
-    find matches by one seek per key, even ones by a pass over the state."""
+    read the other side by one scan per run of overlapping time ranges, even
+    ones by one scan over all the times a batch reaches."""
     monkeypatch.setattr(_append, "_SEEK_ROWS", 0 if seed % 2 else 10**9)
     rng = random.Random(seed)
     join_type = rng.choice(["inner", "left", "right", "full"])

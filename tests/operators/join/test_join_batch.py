@@ -152,3 +152,30 @@ class TestBatchPathOrder:
                     h.commit()
                     got.append([h.output, list(h.table("left").scan())])
             assert got[0] == got[1], f"seed {seed}"
+
+
+class TestHeldAcrossInputBatches:
+    @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.FULL])
+    @pytest.mark.parametrize("unique", [True, False])
+    def test_whole_read_keeps_rows_added_before_it(
+        self, join_type: JoinType, unique: bool, tmp_path: Path
+    ) -> None:
+        """A whole-table read late in a micro-batch keeps the rows its earlier
+        input batches added and have not written yet: a later row matches
+        them as record at a time."""
+        got = []
+        for cls in (StreamingJoin, RowAtATime):
+            with OperatorHarness(
+                make(cls, join_type, unique), backend="memory", path=tmp_path / cls.__name__
+            ) as h:
+                h.process_rows([(i, i % 50, 0) for i in range(1000)], side=0)
+                h.commit()
+                h.process_rows([(5000, 7, 1)], side=1)  # reads left's key 7
+                h.process_rows([(5001, 7, 1)], side=0)  # adds to it, held
+                h.process_rows(
+                    [(6000 + i, 100 + i, 2) for i in range(20)], side=0
+                )  # reads left whole
+                h.process_rows([(5002, 7, 1)], side=1)  # matches both
+                h.commit()
+                got.append([h.output, list(h.table("left").scan())])
+        assert got[0] == got[1]
