@@ -162,10 +162,12 @@ class HeldSide:
         #: table holds for it: its row, appearances and associations
         #: (``None``: the table does not hold it).
         self.written: dict[int, tuple[Row, int, int] | None] = {}
-        #: The last row :meth:`find` looked for, its identity and join key.
+        #: The last row :meth:`find` looked for, its identity, join key and
+        #: held index (``None``: not held).
         self._found_row: Row = ()
         self._found_key: Row = ()
         self._found_join_key: Row = ()
+        self._found_at: int | None = None
         #: The operations as issued since the last flush (the table's
         #: metrics) and the view's counters, as record at a time counts them.
         self.inserted = self.updated = self.deleted = 0
@@ -397,8 +399,9 @@ class HeldSide:
         key = self.identity(row)
         # The rules add the row they found nothing for next: its keys are
         # then at hand (kept apart: no tuple made per input row).
-        self._found_row, self._found_key, self._found_join_key = row, key, join_key
         i = self.by_identity.get(key)
+        self._found_row, self._found_key, self._found_join_key = row, key, join_key
+        self._found_at = i
         return i if i is not None and self._appearances[i] else None
 
     def records(self, ctx: OperatorContext, join_key: Row) -> Sequence[int]:
@@ -445,12 +448,12 @@ class HeldSide:
                 self._appearances[found] += 1
             self.updated += 1
             return
-        if row is self._found_row:
-            key, join_key = self._found_key, self._found_join_key
+        by_identity, rows = self.by_identity, self._rows
+        if row is self._found_row:  # no write since find: its index holds
+            key, join_key, i = self._found_key, self._found_join_key, self._found_at
         else:
             key, join_key = self.identity(row), self.join_key(row)
-        by_identity, rows = self.by_identity, self._rows
-        i = by_identity.get(key)
+            i = by_identity.get(key)
         if i is None:
             i = by_identity[key] = len(rows)
             rows.append(row)
@@ -500,18 +503,22 @@ class HeldSide:
 
     def _stored_batch(self, indices: list[int]) -> pa.RecordBatch:
         """Rows ``indices`` as the state table holds them, as one Arrow
-        batch built column by column (no stored row tuple per row)."""
-        columns: list[Sequence[Any]] = list(zip(*map(self._rows.__getitem__, indices), strict=True))
-        appearances_at, associations_at = self.view.counts_at
-        if appearances_at is not None:
-            columns.append(list(map(self._appearances.__getitem__, indices)))
-        if associations_at is not None:
-            columns.append(list(map(self._associations.__getitem__, indices)))
-        schema = self.table.schema.columns
-        return pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-            schema=schema,
-        )
+        batch: the row tuples read by Arrow as one struct array (no column
+        tuples made in Python), then the counts the side keeps."""
+        fields = list(self.table.schema.columns)
+        width = self.view.width
+        rows = pa.array(list(map(self._rows.__getitem__, indices)), type=pa.struct(fields[:width]))
+        held_counts = (self._appearances, self._associations)
+        counts = [
+            list(map(held.__getitem__, indices))
+            for at, held in zip(self.view.counts_at, held_counts, strict=True)
+            if at is not None
+        ]
+        arrays = [
+            *rows.flatten(),
+            *(pa.array(c, type=f.type) for c, f in zip(counts, fields[width:], strict=True)),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.table.schema.columns)
 
     def flush(self, ctx: OperatorContext) -> None:
         """Write each written row's net change: one batch insert, update
