@@ -23,6 +23,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial, reduce
@@ -225,7 +226,6 @@ class _Driver:
         """Run every stage of the batch in order and hand each output
         stage's rows to its sink; each stage's task metadata rows."""
         from pyspark import StorageLevel
-        from pyspark.sql.pandas.types import from_arrow_schema
 
         stages = self.pipeline.stages
         # An output no later stage reads, to a sink its tasks write into,
@@ -244,50 +244,43 @@ class _Driver:
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(batch)
         context = batch.sparkSession.sparkContext
+        plan_stage = partial(
+            self._plan_stage,
+            batch,
+            batch_id,
+            previous,
+            marks,
+            processing_time,
+            direct,
+            results,
+            cached,
+        )
         try:
-            for index, (stage, plan) in enumerate(zip(stages, self.plans, strict=True)):
-                if index:
-                    fault("runner.driver_between_stages")
-                before = (
-                    None
-                    if previous is None
-                    else previous.stage_watermarks.get(stage.name, previous.watermark)
-                )
-                task_batch = TaskBatch(
-                    batch_id=batch_id,
-                    previous_batch=None if previous is None else previous.batch_id,
-                    previous_winners={} if previous is None else previous.winners_of(stage.name),
-                    watermark=marks[index],
-                    previous_watermark=before,
-                    processing_time=processing_time,
-                )
-                output = (
-                    self._staged_output(stage.operator, direct[index], batch_id)
-                    if index in direct
-                    else None
-                )
-                frame = self._stage_input(index, batch, results)
-                schema = from_arrow_schema(task_schema(stage.operator))
-                result = frame.mapInArrow(run_task(plan, task_batch, output), schema)
-                if output is None:
-                    result = result.persist(StorageLevel.MEMORY_AND_DISK)
-                    results[index] = result
-                    cached.append(result)
-                context.setJobGroup(
-                    job_group(self.query_name, stage.name),
-                    f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}",
-                )
-                # A task that wrote its output to the sink returns only its
-                # metadata row: nothing to filter out.
-                metas[stage.name] = _committed(
-                    result.where(f"{META} IS NOT NULL") if output is None else result,
-                    batch_id,
-                    plan.partitions,
-                    stage.name,
-                )
-                if output is not None:
-                    staged, staging, _ = output
-                    staged.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
+            # Each later stage is planned (its input frame, its Python
+            # function, its cache) in a thread while the stage before it runs:
+            # planning is driver work that does not need the earlier stage's
+            # rows, only its frame.
+            with ThreadPoolExecutor(1, thread_name_prefix="relstate-plan") as planner:
+                planned = plan_stage(0)
+                for index, (stage, plan) in enumerate(zip(stages, self.plans, strict=True)):
+                    committing, output = planned
+                    upcoming = (
+                        planner.submit(plan_stage, index + 1) if index + 1 < len(stages) else None
+                    )
+                    if index:
+                        fault("runner.driver_between_stages")
+                    context.setJobGroup(
+                        job_group(self.query_name, stage.name),
+                        f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}",
+                    )
+                    metas[stage.name] = _committed(
+                        committing, batch_id, plan.partitions, stage.name
+                    )
+                    if output is not None:
+                        staged, staging, _ = output
+                        staged.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
+                    if upcoming is not None:
+                        planned = upcoming.result()
             for stream, handed in self.outputs:
                 if stream.index in direct:
                     continue
@@ -299,9 +292,62 @@ class _Driver:
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description"):
                 context.setLocalProperty(key, None)  # type: ignore[arg-type]
-            for frame in cached:
+            # Later frames first: a frame uncached before a cached frame built
+            # on it makes Spark look at (and, unless loaded, plan again) the
+            # dependent one.
+            for frame in reversed(cached):
                 frame.unpersist()
         return metas
+
+    def _plan_stage(
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        previous: BatchRecord | None,
+        marks: list[int | None],
+        processing_time: int,
+        direct: Mapping[int, StagedSink],
+        results: dict[int, DataFrame],
+        cached: list[DataFrame],
+        index: int,
+    ) -> tuple[DataFrame, StagedOutput | None]:
+        """Stage ``index`` of the batch, planned but not run: the frame whose
+        rows are its tasks' metadata rows (collecting it runs the stage), and
+        where its tasks write their output (``None``: into its rows, cached
+        in ``results`` for later stages and sinks)."""
+        from pyspark import StorageLevel
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        stage, plan = self.pipeline.stages[index], self.plans[index]
+        before = (
+            None
+            if previous is None
+            else previous.stage_watermarks.get(stage.name, previous.watermark)
+        )
+        task_batch = TaskBatch(
+            batch_id=batch_id,
+            previous_batch=None if previous is None else previous.batch_id,
+            previous_winners={} if previous is None else previous.winners_of(stage.name),
+            watermark=marks[index],
+            previous_watermark=before,
+            processing_time=processing_time,
+        )
+        output = (
+            self._staged_output(stage.operator, direct[index], batch_id)
+            if index in direct
+            else None
+        )
+        frame = self._stage_input(index, batch, results)
+        schema = from_arrow_schema(task_schema(stage.operator))
+        result = frame.mapInArrow(run_task(plan, task_batch, output), schema)
+        if output is not None:
+            # Its tasks wrote their output to the sink and return only their
+            # metadata rows: nothing to filter out.
+            return result, output
+        result = result.persist(StorageLevel.MEMORY_AND_DISK)
+        results[index] = result
+        cached.append(result)
+        return result.where(f"{META} IS NOT NULL"), None
 
     def _stage_input(
         self, index: int, batch: DataFrame, results: dict[int, DataFrame]
@@ -515,8 +561,9 @@ def _committed(
     """The metadata rows of a stage's tasks (``result``: only those rows);
     the first task's error as an :class:`InputError`; a :class:`RunnerError`
     unless every partition committed."""
-    rows = result.select(META).collect()
-    metas = [json.loads(r[0]) for r in rows]
+    # No select(META) first: each frame is another analysis of the whole
+    # plan, and these rows hold nulls in every other column.
+    metas = [json.loads(r[META]) for r in result.collect()]
     errors = sorted((m["partition"], m["error"]) for m in metas if "error" in m)
     if errors:
         raise InputError(

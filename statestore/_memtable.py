@@ -68,18 +68,30 @@ class MemTable:
     delete.
     """
 
-    __slots__ = ("_blind", "_new", "_old", "_sorted", "_unsorted", "deletes", "inserts")
+    __slots__ = (
+        "_blind",
+        "_new",
+        "_old",
+        "_read_once",
+        "_sorted",
+        "_unsorted",
+        "deletes",
+        "inserts",
+    )
 
     def __init__(self, blind_inserts: bool = False) -> None:
         self._blind = blind_inserts
         self._new: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes] = {}
-        # Built on the first ordered read of the epoch, so that an epoch of
-        # writes alone never pays for ordering; keys new since the last ordered
-        # read wait in ``_unsorted`` and join it at the next one, so that
-        # writes after the epoch's last read never pay either.
+        # Built on the second ordered read of the epoch, so that an epoch of
+        # writes alone never pays for ordering, nor one with a single range
+        # read (an eviction's, at the end of a batch), which sorts only the
+        # keys in its range; keys new since the last ordered read wait in
+        # ``_unsorted`` and join it at the next one, so that writes after the
+        # epoch's last read never pay either.
         self._sorted: SortedList | None = None
         self._unsorted: list[bytes] = []
+        self._read_once = False
         #: Keys whose net operation is an Insert / a Delete, kept as operations
         #: merge, so the epoch's effect on the row count needs no pass.
         self.inserts = 0
@@ -260,7 +272,7 @@ class MemTable:
 
     def drop_range(self, lower: bytes, upper: bytes) -> list[tuple[bytes, KeyOp]]:
         """Remove and return every operation with ``lower <= key < upper``."""
-        keys = list(self._ordered().irange(lower, upper, inclusive=(True, False)))
+        keys = self._keys_in(lower, upper)
         dropped = []
         for k in keys:
             op = self.get(k)
@@ -270,6 +282,18 @@ class MemTable:
         return dropped
 
     # -- reads -------------------------------------------------------------------
+
+    def _keys_in(self, lower: bytes, upper: bytes | None, reverse: bool = False) -> list[bytes]:
+        """The touched keys with ``lower <= key < upper``, in key order (or
+        reversed). The epoch's first ordered read filters every key and sorts
+        those in range, a pass cheaper than building the ordered index; the
+        index is built by the second, and serves every later one."""
+        if self._sorted is None and not self._read_once:
+            self._read_once = True
+            keys = [k for k in self._new if lower <= k and (upper is None or k < upper)]
+            keys.sort(reverse=reverse)
+            return keys
+        return list(self._ordered().irange(lower, upper, inclusive=(True, False), reverse=reverse))
 
     def _ordered(self) -> SortedList:
         if self._sorted is None:
@@ -283,6 +307,9 @@ class MemTable:
         """Whether the epoch has an operation with ``lower <= key < upper``."""
         if not self._new:
             return False
+        if self._sorted is None and not self._read_once:
+            self._read_once = True
+            return any(lower <= k and (upper is None or k < upper) for k in self._new)
         keys = self._ordered().irange(lower, upper, inclusive=(True, False))
         return next(keys, None) is not None
 
@@ -292,9 +319,8 @@ class MemTable:
         """``(key, new row or None)`` with ``lower <= key < upper``, in key
         order; a list, so writes during a scan do not disturb it (a snapshot,
         like the storage iterator)."""
-        keys = self._ordered().irange(lower, upper, inclusive=(True, False), reverse=reverse)
         new = self._new
-        return [(k, new[k]) for k in keys]
+        return [(k, new[k]) for k in self._keys_in(lower, upper, reverse)]
 
     def entries(self) -> list[tuple[bytes, bytes | None, bool]]:
         """Every touched key with its row after the epoch and whether it
@@ -337,4 +363,5 @@ class MemTable:
         self._old = {}
         self._sorted = None
         self._unsorted = []
+        self._read_once = False
         self.inserts = self.deletes = 0
