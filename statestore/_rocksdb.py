@@ -273,8 +273,10 @@ class RocksDBBackend:
 
     def _ingest(self, db: rocksdict.Rdict, ops: Writes) -> None:
         """Write ``ops`` (keys ascending) as one SST file that the database
-        takes in whole: moved into its directory, never copied."""
-        path = f"{self.path}.ingest.sst"
+        takes in whole: written in its directory under a name RocksDB does
+        not own (so a crash can leave nothing outside the directory, which a
+        rebuild removes whole), and moved, never copied."""
+        path = os.path.join(self.path, "relstate-ingest.sst")
         with _wrapped("ingest", self.path):
             try:
                 _write_file(path, self._options, ops)
