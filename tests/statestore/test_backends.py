@@ -146,6 +146,7 @@ class TestRocksDBBackend:
             assert db.get(keys[13]) == b"v13" and db.get(keys[14]) == b"v14"
             assert db.get(keys[3]) is None and db.get(b"\x02\x00") is None
             assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
+            assert not (tmp_path / "db" / "relstate-ingest.sst").exists()
         with RocksDBBackend(tmp_path / "db") as db:
             assert db.read_range() == memory.read_range()
 
