@@ -40,11 +40,12 @@ __all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "HeldSide", "read_whole"]
 
 Row = tuple[Any, ...]
 
-#: An input batch reads a whole table when it has at least a hundredth as
-#: many keys as the table has rows: the rows read stay for the micro-batch's
+#: A side's whole table is read once the micro-batch's input batches have
+#: asked it for at least a hundredth as many keys as the table has rows
+#: (:meth:`HeldSide.read_whole`): the rows read stay for the micro-batch's
 #: later input batches, so one read of the whole table is soon cheaper than
 #: a bounded scan (or a point read) per key of every input batch (measured
-#: with ``relstate bench --suite join``).
+#: with ``relstate bench --suite join``, at 100k and 1M rows).
 SEEK_ROWS = 100
 #: ... and at most this many rows, which are then held as Python tuples.
 WHOLE_TABLE_ROWS = 1_000_000
@@ -162,6 +163,8 @@ class HeldSide:
         #: table holds for it: its row, appearances and associations
         #: (``None``: the table does not hold it).
         self.written: dict[int, tuple[Row, int, int] | None] = {}
+        #: Keys the micro-batch's input batches asked of the side so far.
+        self.asked = 0
         #: The last row :meth:`find` looked for, its identity, join key and
         #: held index (``None``: not held).
         self._found_row: Row = ()
@@ -242,6 +245,15 @@ class HeldSide:
                     appearances.append(1 if at[0] is None else columns[at[0]][i])
                     associations.append(-1 if at[1] is None else columns[at[1]][i])
         return list(map(held.__getitem__, keys)), join_keys
+
+    def read_whole(self, keys: int) -> bool:
+        """Whether an input batch that asks the side for ``keys`` keys reads
+        its table whole: counted with the keys the micro-batch's earlier
+        input batches asked, they are many for the table's rows
+        (:func:`read_whole`). Many small input batches read the table once
+        rather than by key each."""
+        self.asked += keys
+        return read_whole(self.asked, self.table)
 
     def load_identities(self, rows: Sequence[Row], batch: pa.RecordBatch) -> None:
         """Read the rows with the identities of ``rows`` (the input rows of

@@ -35,7 +35,7 @@ import pyarrow as pa
 from encoding import PartitionLocal, TableSchema
 from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
-from operators.join._batch import HeldSide, read_whole
+from operators.join._batch import HeldSide
 from operators.join._metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
 from operators.join._views import H, JoinStateView, SideRows
@@ -190,11 +190,11 @@ class StreamingJoin(Operator):
             join_keys = {k for k in join_keys if None not in k}
         # Many keys for the table's rows: one read of the whole table beats
         # a point read or a bounded scan per key.
-        if read_whole(len(rows), own.table):
+        if own.read_whole(len(rows)):
             own.load_all()
         else:
             own.load_identities(rows, batch)
-        if read_whole(len(join_keys), theirs.table):
+        if theirs.read_whole(len(join_keys)):
             theirs.load_all()
         elif theirs.one_per_join_key:
             theirs.load_join_key_rows(join_keys)

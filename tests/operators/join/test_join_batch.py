@@ -155,6 +155,20 @@ class TestBatchPathOrder:
 
 
 class TestHeldAcrossInputBatches:
+    @pytest.mark.parametrize("join_type", list(JoinType))
+    @pytest.mark.parametrize("unique", [True, False])
+    def test_reading_turns_whole_within_a_micro_batch(
+        self, join_type: JoinType, unique: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """When a micro-batch's input batches first read by key, then, having
+        asked for many keys, read a table whole, the batch path emits what
+        record at a time emits and leaves the same state."""
+        monkeypatch.setattr(_batch, "SEEK_ROWS", 1)
+        for seed in range(5):
+            batched = outputs(make(StreamingJoin, join_type, unique), seed, tmp_path / f"b{seed}")
+            single = outputs(make(RowAtATime, join_type, unique), seed, tmp_path / f"r{seed}")
+            assert batched == single, f"seed {seed}"
+
     @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.FULL])
     @pytest.mark.parametrize("unique", [True, False])
     def test_whole_read_keeps_rows_added_before_it(
