@@ -162,8 +162,9 @@ class StreamingJoin(Operator):
             held.flush(ctx)
 
     def close(self, ctx: OperatorContext) -> None:
-        """Drop what was held (written by :meth:`flush`, which the runner
-        calls just before) and report each side's state rows."""
+        """Write what is held (the runner has, :meth:`flush`) and report
+        each side's state rows."""
+        self.flush(ctx)
         self._held.pop(id(ctx), None)
         for view in self.views:
             ctx.metrics[side_metric(view.name, TOTAL)] = ctx.table(view.name).row_count
