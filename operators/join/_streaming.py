@@ -162,8 +162,10 @@ class StreamingJoin(Operator):
             held.flush(ctx)
 
     def close(self, ctx: OperatorContext) -> None:
-        """Write what is held (the runner has, :meth:`flush`) and report
-        each side's state rows."""
+        """Write what is still held and report each side's state rows. The
+        runner has flushed just before, so this writes nothing there; it
+        keeps a wrapper that forwards ``close`` but not ``flush`` (one
+        written before the hook existed) from losing the held rows."""
         self.flush(ctx)
         self._held.pop(id(ctx), None)
         for view in self.views:

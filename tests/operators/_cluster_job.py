@@ -196,6 +196,9 @@ class PauseOnce(Operator):
     def on_timer(self, ctx: OperatorContext, timer: Any) -> None:
         self.inner.on_timer(ctx, timer)
 
+    def flush(self, ctx: OperatorContext) -> None:
+        self.inner.flush(ctx)
+
     def close(self, ctx: OperatorContext) -> None:
         self.inner.close(ctx)
         if ctx.batch_id != self.batch or ctx.partition_id != 0:

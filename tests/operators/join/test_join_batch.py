@@ -193,3 +193,46 @@ class TestHeldAcrossInputBatches:
                 h.commit()
                 got.append([h.output, list(h.table("left").scan())])
         assert got[0] == got[1]
+
+
+class ForwardsAllButFlush(Operator):
+    """A wrapper written before the flush hook: it forwards every other hook."""
+
+    def __init__(self, inner: StreamingJoin) -> None:
+        self.inner = inner
+        self.name, self.tables = inner.name, inner.tables
+        self.inputs, self.output = inner.inputs, inner.output
+        self.consistency = inner.consistency
+
+    def open(self, ctx: OperatorContext) -> None:
+        self.inner.open(ctx)
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        self.inner.process_batch(ctx, batch, side)
+
+    def on_watermark(self, ctx: OperatorContext, watermark: int) -> None:
+        self.inner.on_watermark(ctx, watermark)
+
+    def close(self, ctx: OperatorContext) -> None:
+        self.inner.close(ctx)
+
+
+class TestWrappedJoin:
+    def test_a_wrapper_that_does_not_forward_flush_loses_nothing(self, tmp_path: Path) -> None:
+        """The join's close writes what is still held, so a wrapper that
+        forwards close but not flush commits the same state and emits the
+        same rows as the join itself, batch after batch."""
+        got = []
+        for wrap in (False, True):
+            join = make(StreamingJoin, JoinType.FULL, True)
+            op: Operator = ForwardsAllButFlush(join) if wrap else join
+            with OperatorHarness(op, backend="rocksdb", path=tmp_path / str(wrap)) as h:
+                states = []
+                for b, (side, rows, kinds) in enumerate(changes(3, 20)):
+                    h.process_rows(rows, kinds, side)
+                    if b % 4 == 3:
+                        h.commit()
+                        states.append(sorted(h.table("left").scan()))
+                got.append([h.output, states])
+        assert got[0] == got[1]
+        assert any(got[0][1])
