@@ -250,7 +250,11 @@ class StreamingJoin(Operator):
     ) -> None:
         """The emit rules for one input row of ``side`` with join key
         ``key``, over each side's rows in ``states`` (its view record at a
-        time, its held rows on the batch path)."""
+        time, its held rows on the batch path). An upsert is
+        :meth:`_replace`; any other row is accumulated or retracted here:
+        padded or unpadded on an outer side, each match gained or lost,
+        the row stored or removed. (One method, not two: a call per input
+        row counts on the batch path.)"""
         view, other = states[side], states[1 - side]
         found = view.find(ctx, row, key)
         candidates: Sequence[H] = (
@@ -265,33 +269,6 @@ class StreamingJoin(Operator):
                 ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
             else:  # with a unique key, retract what is stored under it
                 row = view.row(found)
-        self._apply(ctx, states, side, row, kind, accumulate, found, candidates)
-
-    def _matches(
-        self, other: SideRows[H], side: int, row: Row, candidates: Sequence[H]
-    ) -> Sequence[H]:
-        condition = self.condition
-        if condition is None:
-            return candidates
-        row_of = other.row
-        if side == LEFT:
-            return [m for m in candidates if condition(row, row_of(m))]
-        return [m for m in candidates if condition(row_of(m), row)]
-
-    def _apply(
-        self,
-        ctx: OperatorContext,
-        states: tuple[SideRows[H], SideRows[H]],
-        side: int,
-        row: Row,
-        kind: RowKind,
-        accumulate: bool,
-        found: H | None,
-        candidates: Sequence[H],
-    ) -> None:
-        """Accumulate or retract ``row`` (not an upsert): pad or unpad it on
-        an outer side, gain or lose each match, store or remove it."""
-        view, other = states[side], states[1 - side]
         matches = (
             candidates if self.condition is None else self._matches(other, side, row, candidates)
         )
@@ -325,6 +302,17 @@ class StreamingJoin(Operator):
                 view.add(ctx, row, found, sum(map(other.appearances, matches)))
         elif found is not None:
             view.retract(ctx, found)
+
+    def _matches(
+        self, other: SideRows[H], side: int, row: Row, candidates: Sequence[H]
+    ) -> Sequence[H]:
+        condition = self.condition
+        if condition is None:
+            return candidates
+        row_of = other.row
+        if side == LEFT:
+            return [m for m in candidates if condition(row, row_of(m))]
+        return [m for m in candidates if condition(row_of(m), row)]
 
     def _gain(
         self, ctx: OperatorContext, other: SideRows[H], side: int, row: Row, m: H, kind: RowKind
