@@ -16,6 +16,7 @@ from operators._changelog import RowKind
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError, RunnerError
 from operators.join._metrics import UNKNOWN_RETRACTIONS
+from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
     from operators._fk_join import FkJoin
@@ -53,6 +54,11 @@ class SubscriptionStage(Operator):
     one made for K is known even where rows share a sequence number.
     """
 
+    # Every write follows a read of its key (a run's subscriptions are read
+    # at once; upsert and delete_key read as they write), so the tables need
+    # not read it again.
+    consistency = ConsistencyMode.UNCHECKED
+
     def __init__(self, join: FkJoin) -> None:
         self.join = join
         self.name = f"{join.name}-subscriptions"
@@ -83,10 +89,12 @@ class SubscriptionStage(Operator):
         self._no_right = (None,) * len(join.right)
         #: Per partition in progress: how many responses it has made.
         self._made: dict[int, int] = {}
+        #: Per partition in a run of subscriptions: what it read at once.
+        self._runs: dict[int, _SubscriptionReads] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Batches in progress belong to this process; a pickled copy starts empty.
-        return {**self.__dict__, "_made": {}}
+        return {**self.__dict__, "_made": {}, "_runs": {}}
 
     def open(self, ctx: OperatorContext) -> None:
         self._made[id(ctx)] = 0
@@ -98,6 +106,27 @@ class SubscriptionStage(Operator):
         order = self._made[id(ctx)]
         self._made[id(ctx)] = order + 1
         ctx.emit((*key, *right, seq, order))
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        if side == 1 or not batch.num_rows:
+            super().process_batch(ctx, batch, side)
+            return
+        # One multi-get per table for the run. A run of subscriptions does not
+        # write the right table, so its rows serve the whole run; a row of
+        # ``FK | K`` writes that subscription only after reading it, so its
+        # stored row serves the run's first row of ``FK | K`` alone.
+        rows = batch.filter(batch.column(FK).is_valid())
+        columns = [rows.column(n).to_pylist() for n in (FK, *self.join.left_key)]
+        fks = list(dict.fromkeys(columns[0]))
+        keys = list(dict.fromkeys(zip(*columns, strict=True)))
+        self._runs[id(ctx)] = _SubscriptionReads(
+            dict(zip(fks, ctx.table("right").get_rows([(fk,) for fk in fks]), strict=True)),
+            dict(zip(keys, ctx.table("subscriptions").get_rows(keys), strict=True)),
+        )
+        try:
+            super().process_batch(ctx, batch, side)
+        finally:
+            del self._runs[id(ctx)]
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
@@ -112,11 +141,24 @@ class SubscriptionStage(Operator):
         if fk is None:
             return
         subscriptions = ctx.table("subscriptions")
-        if kind.is_retract:
-            subscriptions.delete_key((fk, *key))
-            return
-        subscriptions.upsert((fk, *key, digest))
-        right = ctx.table("right").get_row((fk,))
+        reads = self._runs.get(id(ctx))
+        subscription = (fk, *key)
+        if reads is None or subscription not in reads.subscriptions:
+            if kind.is_retract:
+                subscriptions.delete_key(subscription)
+                return
+            subscriptions.upsert((*subscription, digest))
+        else:
+            stored = reads.subscriptions.pop(subscription)
+            if kind.is_retract:
+                if stored is not None:
+                    subscriptions.delete(stored)
+                return
+            if stored is None:
+                subscriptions.insert((*subscription, digest))
+            else:
+                subscriptions.update(stored, (*subscription, digest))
+        right = reads.right[fk] if reads is not None else ctx.table("right").get_row((fk,))
         self._respond(ctx, (*key, digest), right or self._no_right, seq)
 
     def _right_change(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
@@ -146,6 +188,17 @@ class SubscriptionStage(Operator):
 
 
 @dataclass
+class _SubscriptionReads:
+    """What :class:`SubscriptionStage` read at once for a run of subscriptions."""
+
+    #: The right row of each FK of the run.
+    right: dict[Any, tuple[Any, ...] | None]
+    #: Each ``FK | K`` of the run: its stored subscription, until the run's
+    #: first row of it takes it.
+    subscriptions: dict[tuple[Any, ...], tuple[Any, ...] | None]
+
+
+@dataclass
 class _Answer:
     """The responses ``ResultStage`` got for one version (hash) of K's left row."""
 
@@ -167,6 +220,9 @@ class _Pending:
     prior: dict[tuple[Any, ...], bool] = field(default_factory=dict)
     #: For each K: per left-row hash, the responses that came for it.
     responses: dict[tuple[Any, ...], dict[bytes, _Answer]] = field(default_factory=dict)
+    #: In a run of left rows: each K's stored row, read at once, until the
+    #: run's first row of K takes it (later rows of K read the table).
+    stored: dict[tuple[Any, ...], tuple[Any, ...] | None] = field(default_factory=dict)
 
 
 class ResultStage(Operator):
@@ -188,6 +244,10 @@ class ResultStage(Operator):
     joined row (``+I``, or ``+U`` over an earlier one), or a delete if it had
     an output and has no result now.
     """
+
+    # Every write of the left table follows a read of its key (the row's
+    # stored one, K's row when resolving), so the table need not read it again.
+    consistency = ConsistencyMode.UNCHECKED
 
     def __init__(self, join: FkJoin) -> None:
         self.join = join
@@ -220,6 +280,21 @@ class ResultStage(Operator):
     def open(self, ctx: OperatorContext) -> None:
         self._pending[id(ctx)] = _Pending()
 
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        if side == 1 or not batch.num_rows:
+            super().process_batch(ctx, batch, side)
+            return
+        # One multi-get of the run's left keys. A row of K writes K only after
+        # reading it, so each K's stored row serves the first row of K alone.
+        pending = self._pending[id(ctx)]
+        columns = [batch.column(k).to_pylist() for k in self.join.left_key]
+        keys = list(dict.fromkeys(zip(*columns, strict=True)))
+        pending.stored = dict(zip(keys, ctx.table("left").get_rows(keys), strict=True))
+        try:
+            super().process_batch(ctx, batch, side)
+        finally:
+            pending.stored = {}
+
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
@@ -242,7 +317,7 @@ class ResultStage(Operator):
             return
         key = tuple(row[i] for i in self._keys)
         table = ctx.table("left")
-        stored = table.get_row(key)
+        stored = pending.stored.pop(key) if key in pending.stored else table.get_row(key)
         if kind.is_retract:
             # Kafka's left table is keyed by K: a tombstone deletes K, whatever
             # the row it held, and one for a K it does not hold does nothing.
@@ -267,13 +342,22 @@ class ResultStage(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         pending = self._pending.pop(id(ctx), _Pending())
-        for key in pending.touched:
-            self._resolve(ctx, key, pending)
+        keys = list(pending.touched)
+        # One multi-get: resolving K writes only K's row.
+        rows = ctx.table("left").get_rows(keys) if keys else []
+        for key, row in zip(keys, rows, strict=True):
+            self._resolve(ctx, key, row, pending)
 
-    def _resolve(self, ctx: OperatorContext, key: tuple[Any, ...], pending: _Pending) -> None:
-        """Emit K's result if it changed; count the responses dropped as stale."""
+    def _resolve(
+        self,
+        ctx: OperatorContext,
+        key: tuple[Any, ...],
+        row: tuple[Any, ...] | None,
+        pending: _Pending,
+    ) -> None:
+        """Emit K's result if it changed (``row``: K's left row as the batch
+        leaves it); count the responses dropped as stale."""
         table = ctx.table("left")
-        row = table.get_row(key)
         answers = pending.responses.get(key, {})
         stale = sum(a.count for a in answers.values())
         prior = pending.prior[key] if key in pending.prior else bool(row and row[-1])

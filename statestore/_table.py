@@ -496,10 +496,13 @@ class StateTable:
                     raise self._inconsistent(
                         "delete names a row that differs from the stored one", key
                     )
-        delete = self._mem.delete
-        for key, value in zip(keys, values, strict=True):
-            if not delete(key, value):
-                self._relaxed("delete of a row deleted in this epoch", key)
+        if len(set(keys)) == len(keys):  # the MemTable merges them in one pass
+            conflicts = self._mem.delete_many(keys, values)
+        else:
+            delete = self._mem.delete
+            conflicts = [k for k, v in zip(keys, values, strict=True) if not delete(k, v)]
+        for key in conflicts:
+            self._relaxed("delete of a row deleted in this epoch", key)
         self.metrics.deleted += len(keys)
         self._maybe_spill()
 

@@ -492,7 +492,8 @@ class HeldSide:
 
     def retract(self, ctx: OperatorContext, found: int) -> None:
         """Remove one appearance of a row."""
-        self._write(found)
+        if found not in self.written:
+            self._write(found)
         if self._appearances[found] > 1:
             self._appearances[found] -= 1
             self.updated += 1
@@ -507,7 +508,8 @@ class HeldSide:
 
     def set_associations(self, ctx: OperatorContext, record: int, associations: int) -> None:
         """A new number of associations for an outer side's row."""
-        self._write(record)
+        if record not in self.written:
+            self._write(record)
         self._associations[record] = associations
         self.updated += 1
 

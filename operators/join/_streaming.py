@@ -187,6 +187,24 @@ class StreamingJoin(Operator):
         rows: list[Row] = list(zip(*columns, strict=True))
         own, theirs = self._held_side(ctx, side), self._held_side(ctx, 1 - side)
         keys = list(map(self._join_key[side], rows))
+        if not (own.complete and theirs.complete):  # else every row is held
+            self._load(batch, rows, keys, own, theirs)
+        states = (own, theirs) if side == LEFT else (theirs, own)
+        rule = self._row
+        for kind, row, key in zip(row_kinds(batch), rows, keys, strict=True):
+            rule(ctx, states, row, key, kind, side)
+        # The tables are written at the end of the micro-batch (flush).
+
+    def _load(
+        self,
+        batch: pa.RecordBatch,
+        rows: list[Row],
+        keys: list[Row],
+        own: HeldSide,
+        theirs: HeldSide,
+    ) -> None:
+        """Read the rows of each side that ``batch`` (its ``rows``, their
+        join ``keys``) may touch and are not held yet."""
         join_keys = set(keys)
         if not self.null_safe:
             join_keys = {k for k in join_keys if None not in k}
@@ -202,10 +220,6 @@ class StreamingJoin(Operator):
             theirs.load_join_key_rows(join_keys)
         else:
             theirs.load_join_keys(join_keys)
-        states = (own, theirs) if side == LEFT else (theirs, own)
-        for kind, row, key in zip(row_kinds(batch), rows, keys, strict=True):
-            self._row(ctx, states, row, key, kind, side)
-        # The tables are written at the end of the micro-batch (flush).
 
     def _held_side(self, ctx: OperatorContext, side: int) -> HeldSide:
         """The rows of ``side``'s table this batch run holds, while nothing
@@ -286,9 +300,23 @@ class StreamingJoin(Operator):
         emit = ctx.emit
         if view.outer and not matches:
             emit(row + self._nulls[1] if side == LEFT else self._nulls[0] + row, padded)
-        change = self._gain if accumulate else self._lose
-        for m in matches:
-            change(ctx, other, side, row, m, joined)
+        if other.outer:
+            change = self._gain if accumulate else self._lose
+            for m in matches:
+                change(ctx, other, side, row, m, joined)
+        elif matches:
+            # Gaining or losing a match of an inner side is the same: the
+            # pair, once per appearance of the match (:meth:`_gain`).
+            row_of, appearances = other.row, other.appearances
+            for m in matches:
+                m_row = row_of(m)
+                pair = row + m_row if side == LEFT else m_row + row
+                n = appearances(m)
+                if n == 1:
+                    emit(pair, joined)
+                else:
+                    for _ in range(n):
+                        emit(pair, joined)
         if accumulate:
             # Each match counts once per appearance (one, with a unique key).
             if other.has_unique_key:
@@ -308,12 +336,15 @@ class StreamingJoin(Operator):
         m_row = other.row(m)
         pair = row + m_row if side == LEFT else m_row + row
         if other.outer:
-            padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
             associations = other.associations(m)
-            for _ in range(other.appearances(m)):
-                if associations == 0:
+            if associations == 0:
+                padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
+                for _ in range(other.appearances(m)):
                     emit(padded, DEL)
-                emit(pair, kind)
+                    emit(pair, kind)
+            else:
+                for _ in range(other.appearances(m)):
+                    emit(pair, kind)
             other.set_associations(ctx, m, associations + 1)
         else:
             for _ in range(other.appearances(m)):
@@ -334,11 +365,14 @@ class StreamingJoin(Operator):
             associations = other.associations(m)
             if associations <= 0:
                 return
-            padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
-            for _ in range(other.appearances(m)):
-                emit(pair, kind)
-                if associations == 1:
+            if associations == 1:
+                padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
+                for _ in range(other.appearances(m)):
+                    emit(pair, kind)
                     emit(padded, INS)
+            else:
+                for _ in range(other.appearances(m)):
+                    emit(pair, kind)
             other.set_associations(ctx, m, associations - 1)
         else:
             for _ in range(other.appearances(m)):

@@ -12,7 +12,9 @@ from typing import Any
 import pyarrow as pa
 
 from operators import FkJoin, Pipeline, RowKind
+from operators._fk_stages import ResultStage, SubscriptionStage
 from operators.testing import PipelineHarness
+from statestore import ConsistencyMode
 
 Key = tuple[Any, ...]
 
@@ -35,7 +37,8 @@ class FkDriver:
     table whose schema holds the sequence column gets each change's number
     there, as a changelog with its own numbers does: a row as it stands has
     the number of its last insert or update, a ``-U``/``-D`` the number of
-    the change that retracts it.
+    the change that retracts it. With ``strict``, both stages' tables check
+    every write against the row they hold (the stages run them unchecked).
 
     The driver also models what the subscription stage answers, to know how
     many responses the results stage must drop as stale (``expected_stale``):
@@ -53,6 +56,7 @@ class FkDriver:
         tie_break: random.Random | None = None,
         backend: str = "memory",
         right_sequence_start: int | None = None,
+        strict: bool = False,
     ) -> None:
         self.join = join
         self.shared_sequences = shared_sequences
@@ -67,7 +71,12 @@ class FkDriver:
         right = pipeline.source(
             join.with_sequence(join.right), "right", sequence=join.sequence_column
         )
-        self.output_stage = join.add_to(pipeline, left, right).name
+        stages = (SubscriptionStage(join), ResultStage(join))
+        if strict:
+            # The stages' tables check every write against the stored row.
+            for stage in stages:
+                stage.consistency = ConsistencyMode.STRICT
+        self.output_stage = join.wire(pipeline, left, right, *stages).name
         self.harness = PipelineHarness(pipeline, partitions, backend, tie_break)
         self.left: dict[Key, tuple[Any, ...]] = {}
         self.right: dict[Any, tuple[Any, ...]] = {}

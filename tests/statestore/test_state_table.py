@@ -168,6 +168,27 @@ class TestBatchForms:
         with pytest.raises(InconsistencyError, match="named twice"):
             strict.delete_keys(pa.table({"pk": [1, 1]}))
 
+    @pytest.mark.parametrize("mode", ["relaxed", "unchecked"])
+    def test_delete_batch_merges_as_deletes_one_by_one(
+        self, backend: KVBackend, layout: str, mode: str
+    ) -> None:
+        """Outside strict mode delete_batch leaves what a delete per row
+        leaves: committed rows go, a row inserted in the epoch goes without a
+        trace, and a key named twice is deleted once and logged once."""
+        t = _table(backend, layout, mode)
+        t.insert_batch(pa.table({"pk": [1, 2, 3], "b": [10, 20, 30], "c": [100, 200, 300]}))
+        t.commit(1)
+        t.insert((4, 40, 400))
+        t.delete_batch(pa.table({"pk": [1, 4], "b": [10, 40], "c": [100, 400]}))
+        with capture_events() as logs:
+            t.delete_batch(pa.table({"pk": [2, 2], "b": [20, 20], "c": [200, 200]}))
+        assert [e["event"] for e in logs] == ["state_table.inconsistency"]
+        assert list(t.scan()) == [(3, 30, 300)] and t.metrics.deleted == 4
+        t.commit(2)
+        assert list(t.scan()) == [(3, 30, 300)]
+        if mode == "relaxed":
+            assert t.row_count == 1
+
     def test_scan_batch_buffers_are_aligned(self, backend: KVBackend) -> None:
         """Fixed-width columns that scan_batch decodes sit on aligned buffers
         (Arrow's compute, a join say, warns on and may mishandle others)."""
