@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import rocksdict
 
@@ -181,6 +182,22 @@ def _write_file(path: str, options: rocksdict.Options, ops: Writes) -> None:
     writer.finish()
 
 
+def _any_within(keys: pa.Array, ranges: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a key of ``keys`` (ascending) lies in one of ``ranges``
+    (``[start, end)``): a binary search per range."""
+    for start, end in ranges:
+        lo, hi = 0, len(keys)
+        while lo < hi:  # the first key at or above start
+            mid = (lo + hi) // 2
+            if keys[mid].as_py() < start:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(keys) and keys[lo].as_py() < end:
+            return True
+    return False
+
+
 def _add_distinct(batch: rocksdict.WriteBatch, ops: Writes) -> None:
     """Add ``ops`` (no key twice) to ``batch``: the deletes, then the puts,
     each in one call that loops in C (no key twice, so the order between a
@@ -250,17 +267,12 @@ class RocksDBBackend:
     ) -> None:
         db = self._live()
         self._iter = None
+        if isinstance(ops, Writes) and ops.ordered and len(ops) >= INGEST_AT:
+            self._write_ordered(db, ops, range_deletes)
+            return
         batch = rocksdict.WriteBatch(raw_mode=True)
         for start, end in range_deletes:
             batch.delete_range(start, end)
-        if isinstance(ops, Writes) and ops.ordered and len(ops) >= INGEST_AT:
-            # The range deletes first, then the file, whose writes RocksDB
-            # numbers after them: they win where both touch a key.
-            if range_deletes:
-                with _wrapped("write", self.path):
-                    db.write(batch, self._write_opts)
-            self._ingest(db, ops)
-            return
         if isinstance(ops, Writes) and ops.distinct:
             _add_distinct(batch, ops)
         else:
@@ -272,21 +284,61 @@ class RocksDBBackend:
         with _wrapped("write", self.path):
             db.write(batch, self._write_opts)
 
-    def _ingest(self, db: rocksdict.Rdict, ops: Writes) -> None:
-        """Write ``ops`` (keys ascending) as one SST file that the database
-        takes in whole: written in its directory under a name RocksDB does
-        not own (so a crash can leave nothing outside the directory, which a
-        rebuild removes whole), and moved, never copied."""
-        path = os.path.join(self.path, "relstate-ingest.sst")
+    def _write_ordered(
+        self, db: rocksdict.Rdict, ops: Writes, range_deletes: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        """A large ordered batch: each of its runs (a table's writes) of at
+        least ``INGEST_AT`` keys as a sorted file of its own, the rest and the
+        range deletes through the MemTable.
+
+        A file per run spans one table's new keys, not every table's and the
+        metadata rows': in a store whose keys lead with event time (a join
+        side's) it then overlaps no file RocksDB holds and goes to the
+        deepest level, rather than to level 0, where each file brings the
+        next compaction (a rewrite of every file it overlaps) nearer. The
+        range deletes are written after the files when no key of a file falls
+        in one, so that the MemTable overlaps no file (RocksDB would flush it
+        first, into a level-0 file of its own); else before them. Either way a
+        write of the batch wins over a range delete of the batch.
+        """
+        runs = ops.run_slices()
+        files = [r for r in runs if len(r) >= INGEST_AT]
+        small = [r for r in runs if len(r) < INGEST_AT]
+        if not files:  # many small runs: one file still beats the MemTable
+            files, small = [ops], []
+        early = any(_any_within(f.keys, range_deletes) for f in files)
+        first = rocksdict.WriteBatch(raw_mode=True)
+        later = rocksdict.WriteBatch(raw_mode=True)
+        for start, end in range_deletes:
+            (first if early else later).delete_range(start, end)
+        for run in small:
+            _add_distinct(later, run)
+        with _wrapped("write", self.path):
+            if not first.is_empty():
+                db.write(first, self._write_opts)
+        self._ingest(db, files)
+        with _wrapped("write", self.path):
+            if not later.is_empty():
+                db.write(later, self._write_opts)
+
+    def _ingest(self, db: rocksdict.Rdict, files: list[Writes]) -> None:
+        """Write each of ``files`` (keys ascending, apart from each other's)
+        as one SST file, which the database takes in at once: written in its
+        directory under names RocksDB does not own (so a crash can leave
+        nothing outside the directory, which a rebuild removes whole), and
+        moved, never copied."""
+        paths = [os.path.join(self.path, f"relstate-ingest-{i}.sst") for i in range(len(files))]
         with _wrapped("ingest", self.path):
             try:
-                _write_file(path, self._options, ops)
+                for path, ops in zip(paths, files, strict=True):
+                    _write_file(path, self._options, ops)
                 options = rocksdict.IngestExternalFileOptions()
                 options.set_move_files(True)
-                db.ingest_external_file([path], options)
+                db.ingest_external_file(paths, options)
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+                for path in paths:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
 
     def items(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from operator import itemgetter
 from typing import Any, overload
 
@@ -33,13 +33,21 @@ class Writes(Sequence[WriteOp]):
     ``distinct`` says that no key appears twice (as in a commit's batch),
     so that a backend may apply the deletes and the puts in either order;
     ``ordered`` that the keys also ascend, so that a backend may write them
-    straight into a sorted file.
+    straight into a sorted file. ``runs`` (ordered batches only) are the
+    positions where one of the parts it was made of begins (a table's
+    writes, in a commit): a backend may write each part as a sorted file of
+    its own, which then spans that part's keys only, not the whole batch's.
     """
 
-    __slots__ = ("distinct", "keys", "ordered", "values")
+    __slots__ = ("distinct", "keys", "ordered", "runs", "values")
 
     def __init__(
-        self, keys: pa.Array, values: pa.Array, distinct: bool = False, ordered: bool = False
+        self,
+        keys: pa.Array,
+        values: pa.Array,
+        distinct: bool = False,
+        ordered: bool = False,
+        runs: tuple[int, ...] = (),
     ) -> None:
         for name, column in (("keys", keys), ("values", values)):
             if not isinstance(column, pa.Array) or column.type != _BINARY:
@@ -53,6 +61,7 @@ class Writes(Sequence[WriteOp]):
         self.values = values
         self.distinct = distinct or ordered
         self.ordered = ordered
+        self.runs = runs if ordered else ()
 
     @classmethod
     def of(cls, ops: Iterable[WriteOp]) -> Writes:
@@ -106,7 +115,18 @@ class Writes(Sequence[WriteOp]):
         ordered = all(p.ordered for p in parts) and all(
             a.keys[-1].as_py() < b.keys[0].as_py() for a, b in pairwise(filled)
         )
-        return cls(keys, values, distinct and all(p.distinct for p in parts), ordered)
+        runs = tuple(accumulate((len(p) for p in filled[:-1]), initial=0)) if filled else ()
+        return cls(keys, values, distinct and all(p.distinct for p in parts), ordered, runs)
+
+    def run_slices(self) -> list[Writes]:
+        """The batch cut at :attr:`runs` (one part if it has none); each part
+        ordered."""
+        cuts = [*(self.runs or (0,)), len(self)]
+        return [
+            Writes(self.keys[a:b], self.values[a:b], ordered=self.ordered)
+            for a, b in pairwise(cuts)
+            if b > a
+        ]
 
     def __iter__(self) -> Iterator[WriteOp]:
         return zip(self.keys.to_pylist(), self.values.to_pylist(), strict=True)

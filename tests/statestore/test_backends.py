@@ -150,6 +150,53 @@ class TestRocksDBBackend:
         with RocksDBBackend(tmp_path / "db") as db:
             assert db.read_range() == memory.read_range()
 
+    def test_each_large_run_of_an_ordered_write_is_a_file_of_its_own(self, tmp_path: Path) -> None:
+        """An ordered write made of runs (tables), large and small, leaves
+        what the same writes leave in memory, whether a range delete falls
+        in a run's file (whose writes win) or only among stored rows and the
+        small runs (whose writes win too); a large run's file spans its own
+        table only, so a later commit's files overlap no earlier one and all
+        go to the last level; no file is left beside the database."""
+        n = INGEST_AT
+
+        def key(table: int, i: int) -> bytes:
+            return bytes([table]) + i.to_bytes(4, "big")
+
+        def commit(at: int, values: bytes) -> Writes:
+            parts = [
+                Writes.in_key_order([key(t, i) for i in range(at, at + n)], [values] * n)
+                for t in (1, 3)
+            ]
+            parts.append(Writes.in_key_order([key(5, at), key(5, at + 1)], [values, None]))
+            return Writes.concat(parts, distinct=True)
+
+        memory = MemoryBackend()
+        with RocksDBBackend(tmp_path / "db") as db:
+            stored = [(key(5, 0), b"old"), (key(5, 1), b"old"), (key(5, n), b"old")]
+            steps = [
+                (commit(0, b"a"), []),
+                (commit(n, b"b"), [(key(3, 0), key(3, 50)), (key(5, 0), key(5, n + 1))]),
+            ]
+            for backend in (memory, db):
+                backend.write(stored)
+                for ops, ranges in steps:
+                    backend.write(ops, ranges)
+            assert db.read_range() == memory.read_range()
+            assert db.get(key(5, n)) == b"b" and db.get(key(5, 0)) is None
+            files = [
+                db._live().property_int_value(f"rocksdb.num-files-at-level{level}")
+                for level in range(7)
+            ]
+            assert files == [0, 0, 0, 0, 0, 0, 4]  # two commits, two tables
+            inside = commit(2 * n, b"c")
+            for backend in (memory, db):
+                backend.write(inside, [(key(1, 2 * n + 10), key(1, 2 * n + 100))])
+            assert db.read_range() == memory.read_range()
+            assert db.get(key(1, 2 * n + 20)) == b"c"
+            assert not list((tmp_path / "db").glob("relstate-ingest*"))
+        with RocksDBBackend(tmp_path / "db") as db:
+            assert db.read_range() == memory.read_range()
+
     def test_checkpoint_copies_state(self, tmp_path: Path) -> None:
         """checkpoint() writes a directory that opens as the same database."""
         with RocksDBBackend(tmp_path / "db") as db:

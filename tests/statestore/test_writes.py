@@ -116,6 +116,19 @@ class TestWrites:
         assert not joined[::-1].ordered and joined[1:].ordered
         assert len(Writes.concat([])) == 0
 
+    def test_concat_keeps_where_each_part_begins(self) -> None:
+        """An ordered concat records where each non-empty part begins, and
+        run_slices gives the parts back; an unordered one records none."""
+        first = Writes.in_key_order([b"\x01b", b"\x01a"], [b"2", None])
+        second = Writes.in_key_order([b"\x02a"], [b"3"])
+        empty = Writes.in_key_order([], [])
+        joined = Writes.concat([first, empty, second], distinct=True)
+        assert joined.runs == (0, 2)
+        assert joined.run_slices() == [first, second]
+        assert all(part.ordered for part in joined.run_slices())
+        assert Writes.concat([second, first]).runs == ()
+        assert first.run_slices() == [first]
+
     @pytest.mark.parametrize("kind", ["memory", "rocksdb"])
     def test_backends_take_distinct_writes_as_pairs(self, kind: str, tmp_path: Path) -> None:
         """A backend holds after a distinct Writes (deletes and puts mixed) what the pairs give."""
