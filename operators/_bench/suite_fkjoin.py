@@ -20,7 +20,10 @@ micro-batch with ``foreachBatch``, the batch shuffled by key into
 ``mapInArrow``, which only counts the rows. The goal is at most 1.5 floors,
 so that comparison's baseline is 1.5 times the floor. A reading runs the
 same two stages through the runner with operators that keep and emit
-nothing: the least the join's fixed cost could be.
+nothing: the least the join's fixed cost could be. The same reading at the
+table size the sweep holds, with the sizes' changes per batch, against the
+baseline there: the most the join's speed-up could be at that point on this
+runner, were the join's own work free.
 """
 
 from __future__ import annotations
@@ -37,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from operators._bench.versus import Comparison, Discard, SuiteResult, runs, spark_floor
+from operators._bench.versus import (
+    Comparison,
+    Discard,
+    SuiteResult,
+    ceiling,
+    runs,
+    spark_floor,
+)
 from operators._fk_join import FkJoin, prepared, run_fk_join
 from operators._fk_stages import ResultStage, SubscriptionStage
 from operators._pipeline import Pipeline
@@ -282,10 +292,12 @@ def _measure(
     point: _Plan,
     progress: Callable[[str], None],
     floor: bool = False,
+    alone: bool = False,
 ) -> _Times:
     """Run ``point``'s changelogs through relstate and the baseline (and,
-    with ``floor``, the Spark-alone floor); ``progress`` hears which one
-    starts."""
+    with ``floor``, the Spark-alone floor and the two stages doing nothing;
+    with ``alone``, the two stages doing nothing); ``progress`` hears which
+    one starts."""
     n = point.sizes[0]
     shutil.rmtree(root, ignore_errors=True)
     lefts, rights = _changelogs(n, point, seed=n)
@@ -295,13 +307,15 @@ def _measure(
     load, ours = _relstate(spark, root, join, point.partitions)
     progress(BASELINE)
     theirs = _baseline(spark, root, point.batches)
-    if not floor:
+    if not (floor or alone):
         return _Times(load, ours, theirs)
-    progress("Spark alone")
-    spark_alone = _spark_floor(spark, root, point.partitions)
+    spark_alone = None
+    if floor:
+        progress("Spark alone")
+        spark_alone = _spark_floor(spark, root, point.partitions)
     progress("the two stages alone")
-    alone = _stages_alone(spark, root, join, point.partitions)
-    return _Times(load, ours, theirs, spark_alone, alone)
+    nothing = _stages_alone(spark, root, join, point.partitions)
+    return _Times(load, ours, theirs, spark_alone, nothing)
 
 
 def _scaled(scale: int) -> _Plan:
@@ -329,11 +343,14 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         n = point.sizes[0]
         changes = 2 * point.left_changes + point.right_changes
         what = f"{n:,} rows, {changes:,} changes per batch"
+        fewest = sweep and point.left_changes == min(plan.sweep_changes)
+        # The size the sweep holds, at the sizes' changes: the two stages
+        # doing nothing there bound the join's speed-up at that point.
+        shared = not sweep and n == plan.sweep_size and point.left_changes == plan.left_changes
         if point not in times:
             root = workdir / f"n{n}-c{point.left_changes}"
-            fewest = sweep and point.left_changes == min(plan.sweep_changes)
             times[point] = t = _measure(
-                spark, root, join, point, partial(_step, progress, what), floor=fewest
+                spark, root, join, point, partial(_step, progress, what), fewest, shared
             )
             if len(times) == 1:
                 _check_output(spark, root)
@@ -349,7 +366,16 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         goal = 1.0 if n >= 100_000 and not sweep else None
         relstate, baseline = sum(t.relstate) / len(t.relstate), sum(t.baseline) / len(t.baseline)
         comparisons.append(Comparison(name, changes, relstate, baseline, BASELINE, goal))
-        if sweep and t.floor is not None and t.alone is not None:
+        if shared and t.alone is not None:
+            alone = sum(t.alone) / len(t.alone)
+            readings.append((f"{what}: the two stages alone per batch", runs(t.alone)))
+            readings.append(
+                (
+                    f"{what}: the two stages doing nothing, against the baseline",
+                    ceiling(baseline, alone, "the FK join on this runner"),
+                )
+            )
+        if fewest and t.floor is not None and t.alone is not None:
             floor = sum(t.floor) / len(t.floor)
             alone = sum(t.alone) / len(t.alone)
             readings.append((f"{what}: Spark alone per batch", runs(t.floor)))
