@@ -1,6 +1,6 @@
 """The foreign-key join's cost per micro-batch as the tables grow, without
 Spark: one change batch (1,000 left rows moved to another FK, 200 right rows
-updated) through both stages (StageHarness, RocksDB, 4 partitions per stage),
+updated) through both stages (a PipelineHarness, RocksDB, 4 partitions per stage),
 against recomputing the join of the full tables with pyarrow. The Spark
 comparison is ``relstate bench --suite fkjoin``."""
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from operators import FkJoin
+from operators import FkJoin, Pipeline
 from operators._bench.suite_fkjoin import LEFT, RIGHT, _changelogs, _Plan
-from operators.testing import StageHarness
+from operators.testing import PipelineHarness
 
 ROUNDS = 5
 SIZES = (10_000, 100_000)
@@ -30,11 +30,17 @@ def _prepared(join: FkJoin, table: pa.Table) -> pa.Table:
 
 
 @pytest.fixture(params=SIZES, ids=lambda n: f"{n // 1000}k")
-def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[StageHarness, Iterator[Any]]]:
+def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[PipelineHarness, Iterator[Any]]]:
     """A join with N left and N/10 right rows loaded, and its change batches."""
     join = _join()
     lefts, rights = _changelogs(request.param, _Plan((request.param,), 1_000, 200, ROUNDS), 1)
-    harness = StageHarness(join.stages(), 2, 4, join.sequence_column, backend="rocksdb")
+    pipeline = Pipeline()
+    left = pipeline.source(
+        join.prepared_schema(lefts[0].schema), "left", sequence=join.sequence_column
+    )
+    right = pipeline.source(rights[0].schema, "right", sequence=join.sequence_column)
+    join.add_to(pipeline, left, right)
+    harness = PipelineHarness(pipeline, 4, backend="rocksdb")
     harness.run_batch([_prepared(join, lefts[0]), rights[0]])
     pairs = zip(lefts[1:], rights[1:], strict=True)
     batches = iter([[_prepared(join, lt), rt] for lt, rt in pairs])
@@ -43,7 +49,7 @@ def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[StageHarness, Itera
 
 
 def test_change_batch_through_both_stages(
-    benchmark: BenchmarkFixture, loaded: tuple[StageHarness, Iterator[Any]]
+    benchmark: BenchmarkFixture, loaded: tuple[PipelineHarness, Iterator[Any]]
 ) -> None:
     """One change batch through the subscriptions and results stages: the
     time should not grow with the tables."""

@@ -3,6 +3,7 @@ written to docs/bench/NAME.md."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 from collections import Counter
@@ -311,3 +312,19 @@ class TestSparkFloor:
         assert floor.rows == 30
         assert len(floor.batches) == 3 and all(t > 0 for t in floor.batches)
         assert floor.seconds >= sum(floor.batches)
+
+
+def test_the_pytest_benchmarks_in_bench_collect() -> None:
+    """Every file of ``bench/`` (``python -m pytest bench/ --benchmark-only``,
+    which the test command does not run) imports and is collected: an API the
+    benchmarks use cannot go away without this test failing."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "bench"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert " error" not in done.stdout.splitlines()[-1]
