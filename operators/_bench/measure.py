@@ -25,6 +25,7 @@ __all__ = [
     "Round",
     "Section",
     "interleave",
+    "ratio_text",
 ]
 
 #: One round of a workload: does round ``r``'s work, returns seconds per operation.
@@ -197,3 +198,12 @@ class Reading:
         if self.goal is None:
             return None
         return self.value >= self.goal if self.rate else self.value <= self.goal
+
+
+def ratio_text(ratio: float, goal: float | None, met: bool | None) -> str:
+    """``ratio`` to two decimals; to three where a goal missed would show
+    as the goal itself (1.9994 as "2.00" beside "not met")."""
+    text = f"{ratio:.2f}"
+    if goal is not None and met is False and float(text) == goal:
+        text = f"{ratio:.3f}"
+    return text

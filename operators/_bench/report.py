@@ -15,6 +15,7 @@ from operators._bench.measure import (
     Figure,
     Reading,
     Section,
+    ratio_text,
 )
 from operators._bench.runner import BenchResult
 
@@ -38,12 +39,7 @@ def _rate(seconds: float, unit: str) -> str:
 
 
 def _ratio(figure: Figure) -> str:
-    text = f"{figure.ratio:.2f}"
-    goal = figure.goal
-    if goal is not None and figure.goal_met is False and float(text) == goal:
-        # A third decimal, so that a miss never shows as the goal itself.
-        text = f"{figure.ratio:.3f}"
-    return text
+    return ratio_text(figure.ratio, figure.goal, figure.goal_met)
 
 
 def _seconds(seconds: float) -> str:

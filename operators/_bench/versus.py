@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from operators._bench.measure import ratio_text
 from operators._bench.runner import Machine
 from operators._operator import Operator, OperatorContext
 
@@ -236,7 +237,7 @@ def _cells(c: Comparison) -> list[str]:
         f"{c.relstate_seconds:.2f} s",
         f"{c.baseline_seconds:.2f} s ({c.baseline})",
         _rate(c.rows, c.relstate_seconds),
-        f"{c.ratio:.2f}x",
+        f"{ratio_text(c.ratio, c.goal, c.goal_met)}x",
         goal,
         verdict,
     ]

@@ -8,6 +8,7 @@ import sys
 import types
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,15 @@ class TestComparison:
             assert "harness rate" in text and "12 k rows/s" in text
             assert "100.0 k rows/s" in text
         assert "do not edit by hand" in markdown(result)
+
+    def test_a_miss_never_shows_as_the_goal(self) -> None:
+        """A speed-up just below its goal gets a third decimal (1.999x, not
+        2.00x beside "not met"); one that rounds elsewhere keeps two."""
+        missed = Comparison("missed", 1_000, 3.084, 6.166, "the baseline", goal=2.0)
+        result = replace(_result(), comparisons=[missed, *_result().comparisons])
+        for text in (terminal(result), markdown(result)):
+            assert "1.999x" in text and "2.00x" not in text
+            assert "4.00x" in text and "0.50x" in text
 
 
 class TestSuiteCommand:
