@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial, reduce
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -121,6 +121,25 @@ def _quoted(name: str) -> str:
 
 
 # -- the driver -------------------------------------------------------------------------
+
+
+@dataclass
+class _BatchStages:
+    """One micro-batch's stages on the driver: what planning any of them
+    reads, and what the planned ones leave for the later ones."""
+
+    batch: DataFrame
+    batch_id: int
+    previous: BatchRecord | None
+    #: Each stage's input watermark.
+    marks: list[int | None]
+    processing_time: int
+    #: The output streams whose stage's tasks write into their sink.
+    direct: Mapping[int, StagedSink]
+    #: Each planned stage's rows (output and metadata), cached, by stage index.
+    results: dict[int, DataFrame] = field(default_factory=dict)
+    #: The frames cached for this batch, in the order they were cached.
+    cached: list[DataFrame] = field(default_factory=list)
 
 
 class _Driver:
@@ -235,26 +254,15 @@ class _Driver:
             for stream, sink in self.outputs
             if isinstance(sink, StagedSink) and not self.pipeline.consumers(stream)
         }
-        results: dict[int, DataFrame] = {}
-        cached: list[DataFrame] = []
         metas: dict[str, list[dict[str, Any]]] = {}
+        staged = _BatchStages(batch, batch_id, previous, marks, processing_time, direct)
         reads = Counter(i.stream.index for s in stages for i in s.inputs if not i.stream.is_stage)
         if any(n > 1 for n in reads.values()):
             # A source is read by several stages or sides: read the batch once.
-            batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(batch)
+            staged.batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+            staged.cached.append(staged.batch)
         context = batch.sparkSession.sparkContext
-        plan_stage = partial(
-            self._plan_stage,
-            batch,
-            batch_id,
-            previous,
-            marks,
-            processing_time,
-            direct,
-            results,
-            cached,
-        )
+        plan_stage = partial(self._plan_stage, staged)
         try:
             # Each later stage is planned (its input frame, its Python
             # function, its cache) in a thread while the stage before it runs:
@@ -277,8 +285,8 @@ class _Driver:
                         committing, batch_id, plan.partitions, stage.name
                     )
                     if output is not None:
-                        staged, staging, _ = output
-                        staged.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
+                        sink, staging, _ = output
+                        sink.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
                     if upcoming is not None:
                         planned = upcoming.result()
             for stream, handed in self.outputs:
@@ -287,7 +295,7 @@ class _Driver:
                 context.setJobGroup(
                     job_group(self.query_name, "sink"), f"{self.query_name}: batch {batch_id}, sink"
                 )
-                rows = results[stream.index].where(f"{META} IS NULL").drop(META, ORDER)
+                rows = staged.results[stream.index].where(f"{META} IS NULL").drop(META, ORDER)
                 handed(rows, batch_id)
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description"):
@@ -295,30 +303,22 @@ class _Driver:
             # Later frames first: a frame uncached before a cached frame built
             # on it makes Spark look at (and, unless loaded, plan again) the
             # dependent one.
-            for frame in reversed(cached):
+            for frame in reversed(staged.cached):
                 frame.unpersist()
         return metas
 
     def _plan_stage(
-        self,
-        batch: DataFrame,
-        batch_id: int,
-        previous: BatchRecord | None,
-        marks: list[int | None],
-        processing_time: int,
-        direct: Mapping[int, StagedSink],
-        results: dict[int, DataFrame],
-        cached: list[DataFrame],
-        index: int,
+        self, staged: _BatchStages, index: int
     ) -> tuple[DataFrame, StagedOutput | None]:
         """Stage ``index`` of the batch, planned but not run: the frame whose
         rows are its tasks' metadata rows (collecting it runs the stage), and
         where its tasks write their output (``None``: into its rows, cached
-        in ``results`` for later stages and sinks)."""
+        in ``staged.results`` for later stages and sinks)."""
         from pyspark import StorageLevel
         from pyspark.sql.pandas.types import from_arrow_schema
 
         stage, plan = self.pipeline.stages[index], self.plans[index]
+        previous, batch_id = staged.previous, staged.batch_id
         before = (
             None
             if previous is None
@@ -328,16 +328,16 @@ class _Driver:
             batch_id=batch_id,
             previous_batch=None if previous is None else previous.batch_id,
             previous_winners={} if previous is None else previous.winners_of(stage.name),
-            watermark=marks[index],
+            watermark=staged.marks[index],
             previous_watermark=before,
-            processing_time=processing_time,
+            processing_time=staged.processing_time,
         )
         output = (
-            self._staged_output(stage.operator, direct[index], batch_id)
-            if index in direct
+            self._staged_output(stage.operator, staged.direct[index], batch_id)
+            if index in staged.direct
             else None
         )
-        frame = self._stage_input(index, batch, results)
+        frame = self._stage_input(index, staged.batch, staged.results)
         schema = from_arrow_schema(task_schema(stage.operator))
         result = frame.mapInArrow(run_task(plan, task_batch, output), schema)
         if output is not None:
@@ -345,8 +345,8 @@ class _Driver:
             # metadata rows: nothing to filter out.
             return result, output
         result = result.persist(StorageLevel.MEMORY_AND_DISK)
-        results[index] = result
-        cached.append(result)
+        staged.results[index] = result
+        staged.cached.append(result)
         return result.where(f"{META} IS NOT NULL"), None
 
     def _stage_input(
