@@ -282,18 +282,7 @@ class StreamingJoin(Operator):
             for m in matches:
                 change(ctx, other, side, row, m, joined)
         elif matches:
-            # Gaining or losing a match of an inner side is the same: the
-            # pair, once per appearance of the match (:meth:`_gain`).
-            row_of, appearances = other.row, other.appearances
-            for m in matches:
-                m_row = row_of(m)
-                pair = row + m_row if side == LEFT else m_row + row
-                n = appearances(m)
-                if n == 1:
-                    emit(pair, joined)
-                else:
-                    for _ in range(n):
-                        emit(pair, joined)
+            self._pairs(ctx, other, side, row, matches, joined)
         if accumulate:
             # Each match counts once per appearance (one, with a unique key).
             if other.has_unique_key:
@@ -320,23 +309,22 @@ class StreamingJoin(Operator):
         """``row`` newly matches ``m`` (a row of ``other``): per appearance of
         ``m``, retract its padded row if it had no association, emit the
         pair; count it."""
+        if not other.outer:
+            self._pairs(ctx, other, side, row, (m,), kind)
+            return
         emit = ctx.emit
         m_row = other.row(m)
         pair = row + m_row if side == LEFT else m_row + row
-        if other.outer:
-            associations = other.associations(m)
-            if associations == 0:
-                padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
-                for _ in range(other.appearances(m)):
-                    emit(padded, DEL)
-                    emit(pair, kind)
-            else:
-                for _ in range(other.appearances(m)):
-                    emit(pair, kind)
-            other.set_associations(ctx, m, associations + 1)
+        associations = other.associations(m)
+        if associations == 0:
+            padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
+            for _ in range(other.appearances(m)):
+                emit(padded, DEL)
+                emit(pair, kind)
         else:
             for _ in range(other.appearances(m)):
                 emit(pair, kind)
+        other.set_associations(ctx, m, associations + 1)
 
     def _lose(
         self, ctx: OperatorContext, other: SideRows[H], side: int, row: Row, m: H, kind: RowKind
@@ -346,25 +334,48 @@ class StreamingJoin(Operator):
         last association; count it. An outer ``m`` with no association has
         no pair to retract: only a row that was never stored (or expired)
         can meet it here."""
+        if not other.outer:
+            self._pairs(ctx, other, side, row, (m,), kind)
+            return
+        associations = other.associations(m)
+        if associations <= 0:
+            return
         emit = ctx.emit
         m_row = other.row(m)
         pair = row + m_row if side == LEFT else m_row + row
-        if other.outer:
-            associations = other.associations(m)
-            if associations <= 0:
-                return
-            if associations == 1:
-                padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
-                for _ in range(other.appearances(m)):
-                    emit(pair, kind)
-                    emit(padded, INS)
-            else:
-                for _ in range(other.appearances(m)):
-                    emit(pair, kind)
-            other.set_associations(ctx, m, associations - 1)
+        if associations == 1:
+            padded = m_row + self._nulls[1] if side == RIGHT else self._nulls[0] + m_row
+            for _ in range(other.appearances(m)):
+                emit(pair, kind)
+                emit(padded, INS)
         else:
             for _ in range(other.appearances(m)):
                 emit(pair, kind)
+        other.set_associations(ctx, m, associations - 1)
+
+    @staticmethod
+    def _pairs(
+        ctx: OperatorContext,
+        other: SideRows[H],
+        side: int,
+        row: Row,
+        matches: Sequence[H],
+        kind: RowKind,
+    ) -> None:
+        """``row`` gains or loses ``matches`` of an inner side ``other``:
+        either way the pair with each, once per appearance of the match.
+        One call for all of a row's matches: a call per match counts on the
+        batch path."""
+        emit, row_of, appearances = ctx.emit, other.row, other.appearances
+        for m in matches:
+            m_row = row_of(m)
+            pair = row + m_row if side == LEFT else m_row + row
+            n = appearances(m)
+            if n == 1:
+                emit(pair, kind)
+            else:
+                for _ in range(n):
+                    emit(pair, kind)
 
     def _replace(
         self,
