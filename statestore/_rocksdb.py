@@ -6,12 +6,14 @@ that turns it into relstate's typed errors.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -186,14 +188,8 @@ def _any_within(keys: pa.Array, ranges: Sequence[tuple[bytes, bytes]]) -> bool:
     """Whether a key of ``keys`` (ascending) lies in one of ``ranges``
     (``[start, end)``): a binary search per range."""
     for start, end in ranges:
-        lo, hi = 0, len(keys)
-        while lo < hi:  # the first key at or above start
-            mid = (lo + hi) // 2
-            if keys[mid].as_py() < start:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(keys) and keys[lo].as_py() < end:
+        first = bisect.bisect_left(keys, start, key=methodcaller("as_py"))  # first key ≥ start
+        if first < len(keys) and keys[first].as_py() < end:
             return True
     return False
 
