@@ -508,6 +508,34 @@ def random_batch(rng: random.Random, d: FkDriver, shape: Shape) -> None:
 ROCKSDB_SEEDS = (0, 75, 150)
 
 
+def run_random(seed: int, shared: bool, wide: bool, strict: bool = False) -> None:
+    """One random run of the join (``shared``: sequence numbers shared and
+    ties broken at random; ``wide``: a loaded first batch with a hot FK;
+    ``strict``: both stages' tables checked); after every batch the output
+    equals the batch join and, without shared numbers, the stale responses
+    are counted exactly."""
+    rng = random.Random(seed)
+    d = FkDriver(
+        random_join(rng),
+        partitions=(rng.randint(1, 4), rng.randint(1, 4)),
+        shared_sequences=shared,
+        tie_break=random.Random(seed) if shared else None,
+        right_before_images=rng.random() < 0.5,
+        backend="rocksdb" if seed in ROCKSDB_SEEDS else "memory",
+        strict=strict,
+    )
+    shape = Shape.draw(rng, wide)
+    try:
+        for batch in range(rng.randint(1, 6) + wide):
+            (load_batch if wide and batch == 0 else random_batch)(rng, d, shape)
+            d.flush()
+            assert d.output == d.batch_join()
+            if not shared:
+                assert d.stale_dropped == d.expected_stale
+    finally:
+        d.close()
+
+
 class TestDifferential:
     @pytest.mark.parametrize("seed", range(300))
     def test_output_equals_batch_join_after_every_batch(self, seed: int) -> None:
@@ -521,27 +549,7 @@ class TestDifferential:
         (50-200 keys loaded in a first batch, a hot FK with most of them as
         subscribers); a few seeds (wide ones, and one with ties) run on
         RocksDB."""
-        rng = random.Random(seed)
-        shared = seed % 2 == 1
-        d = FkDriver(
-            random_join(rng),
-            partitions=(rng.randint(1, 4), rng.randint(1, 4)),
-            shared_sequences=shared,
-            tie_break=random.Random(seed) if shared else None,
-            right_before_images=rng.random() < 0.5,
-            backend="rocksdb" if seed in ROCKSDB_SEEDS else "memory",
-        )
-        wide = seed % 10 == 0
-        shape = Shape.draw(rng, wide)
-        try:
-            for batch in range(rng.randint(1, 6) + wide):
-                (load_batch if wide and batch == 0 else random_batch)(rng, d, shape)
-                d.flush()
-                assert d.output == d.batch_join()
-                if not shared:
-                    assert d.stale_dropped == d.expected_stale
-        finally:
-            d.close()
+        run_random(seed, shared=seed % 2 == 1, wide=seed % 10 == 0)
 
 
 class TestStrictTables:
@@ -551,23 +559,4 @@ class TestStrictTables:
         with both stages' tables strict: no write contradicts the stored row
         (the stages read each key before writing it, so they run their tables
         unchecked), and the output equals the batch join after every batch."""
-        rng = random.Random(seed)
-        shared = seed % 20 == 10
-        d = FkDriver(
-            random_join(rng),
-            partitions=(rng.randint(1, 4), rng.randint(1, 4)),
-            shared_sequences=shared,
-            tie_break=random.Random(seed) if shared else None,
-            right_before_images=rng.random() < 0.5,
-            backend="rocksdb" if seed in ROCKSDB_SEEDS else "memory",
-            strict=True,
-        )
-        wide = seed % 20 == 0
-        shape = Shape.draw(rng, wide)
-        try:
-            for batch in range(rng.randint(1, 6) + wide):
-                (load_batch if wide and batch == 0 else random_batch)(rng, d, shape)
-                d.flush()
-                assert d.output == d.batch_join()
-        finally:
-            d.close()
+        run_random(seed, shared=seed % 20 == 10, wide=seed % 20 == 0, strict=True)
