@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -34,6 +34,7 @@ __all__ = [
     "page_name",
     "runs",
     "spark_floor",
+    "spark_two_stage_floor",
     "terminal",
     "work_of",
 ]
@@ -164,7 +165,7 @@ class Discard(Operator):
 
 @dataclass(frozen=True)
 class FloorRun:
-    """One run of :func:`spark_floor`."""
+    """One run of :func:`spark_floor` or :func:`spark_two_stage_floor`."""
 
     #: From the query's start to its end.
     seconds: float
@@ -181,23 +182,91 @@ def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> Floo
     trigger), each batch shuffled by ``key`` into ``partitions`` tasks and
     handed to Python by ``mapInArrow``, which only counts the rows (adaptive
     execution off, as in relstate's runner)."""
-    from operators._runner import _without_adaptive_execution
 
     def count(batches: Any) -> Any:
         yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
 
+    def each(batch: Any) -> int:
+        shuffled = batch.repartition(partitions, key).mapInArrow(count, "rows long")
+        return int(sum(r[0] for r in shuffled.collect()))
+
+    return _floor_run(stream, checkpoint, each)
+
+
+def spark_two_stage_floor(
+    stream: Any, foreign_key: str, key: str, partitions: int, checkpoint: str
+) -> FloorRun:
+    """What any two-stage operator of the foreign-key join's shape pays on
+    Spark alone before it does anything, as :func:`spark_floor` for one
+    stage: each batch of ``stream`` persisted (both stages read it); the
+    first stage shuffles it by ``foreign_key`` into ``mapInArrow`` tasks that
+    emit one row per row with a ``key`` (a stand-in for a response; rows
+    without one, the right side's, are only read) and one row of their count,
+    persisted; the second stage shuffles the batch's rows with a ``key`` and
+    those responses by ``key`` into ``mapInArrow`` tasks that only count.
+    Both stages' counts are collected, the first's from its persisted rows,
+    as relstate's runner collects each stage's metadata rows. ``rows``: what
+    both stages' tasks counted."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    def count(batches: Any) -> Any:
+        yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
+
+    def each(batch: Any) -> int:
+        key_type = batch.schema[key].dataType
+        arrow_key = to_arrow_type(key_type)
+
+        def respond(batches: Any) -> Any:
+            rows = 0
+            for b in batches:
+                rows += b.num_rows
+                keys = b.column(key).drop_null()
+                yield pa.record_batch([keys, pa.nulls(len(keys), pa.int64())], [key, "rows"])
+            yield pa.record_batch([pa.nulls(1, arrow_key), pa.array([rows])], [key, "rows"])
+
+        persisted = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        responses = (
+            persisted.repartition(partitions, foreign_key)
+            .mapInArrow(respond, f"`{key}` {key_type.simpleString()}, rows long")
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        try:
+            first = responses.where(F.col(key).isNull()).select("rows").collect()
+            second = (
+                persisted.where(F.col(key).isNotNull())
+                .select(key)
+                .unionByName(responses.where(F.col(key).isNotNull()).select(key))
+                .repartition(partitions, key)
+                .mapInArrow(count, "rows long")
+                .collect()
+            )
+        finally:
+            responses.unpersist()
+            persisted.unpersist()
+        return int(sum(r[0] for r in first) + sum(r[0] for r in second))
+
+    return _floor_run(stream, checkpoint, each)
+
+
+def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any], int]) -> FloorRun:
+    """Run ``each`` on every batch of ``stream`` through ``foreachBatch``
+    (an ``availableNow`` trigger; adaptive execution off, as in relstate's
+    runner), timing each batch; ``each`` returns the rows it counted."""
+    from operators._runner import _without_adaptive_execution
+
     counted: list[int] = []
     finished: list[float] = []
 
-    def each(batch: Any, batch_id: int) -> None:
+    def batch_done(batch: Any, batch_id: int) -> None:
         with _without_adaptive_execution(batch.sparkSession):
-            shuffled = batch.repartition(partitions, key).mapInArrow(count, "rows long")
-            counted.extend(r[0] for r in shuffled.collect())
+            counted.append(each(batch))
         finished.append(time.perf_counter())
 
     started = time.perf_counter()
     query = (
-        stream.writeStream.foreachBatch(each)
+        stream.writeStream.foreachBatch(batch_done)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

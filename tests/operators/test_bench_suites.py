@@ -323,6 +323,31 @@ class TestSparkFloor:
         assert len(floor.batches) == 3 and all(t > 0 for t in floor.batches)
         assert floor.seconds >= sum(floor.batches)
 
+    @pytest.mark.spark
+    def test_two_stage_floor_counts_both_stages(self, spark: Any, tmp_path: Path) -> None:
+        """Spark alone in the two stages' shape reads every row in its first
+        stage and counts in its second each row with a key and one response
+        per such row, one batch per file."""
+        from operators._bench.versus import spark_two_stage_floor
+
+        (tmp_path / "in").mkdir()
+        for i in range(2):
+            # Ten rows with a key (left rows) and five without (right rows).
+            rows = [(i * 10 + k, k % 3) for k in range(10)] + [(None, f) for f in range(5)]
+            spark.createDataFrame(rows, "id long, fk long").coalesce(1).write.parquet(
+                str(tmp_path / f"f{i}")
+            )
+            (written,) = (tmp_path / f"f{i}").glob("*.parquet")
+            written.rename(tmp_path / "in" / f"part-{i}.parquet")
+        stream = (
+            spark.readStream.schema("id long, fk long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(tmp_path / "in"))
+        )
+        floor = spark_two_stage_floor(stream, "fk", "id", 2, str(tmp_path / "checkpoint"))
+        assert floor.rows == 2 * (15 + 2 * 10)
+        assert len(floor.batches) == 2 and all(t > 0 for t in floor.batches)
+
 
 def test_the_pytest_benchmarks_in_bench_collect() -> None:
     """Every file of ``bench/`` (``python -m pytest bench/ --benchmark-only``,
