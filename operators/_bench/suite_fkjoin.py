@@ -387,8 +387,8 @@ def _scaled(scale: int) -> _Plan:
 def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1) -> SuiteResult:
     """Time both at each size and each changes count of the sweep (a point
     in both is run once), after one uncounted warm-up point; one comparison
-    per point. The first run's output is checked against the baseline's join. Above ``scale`` 1, one point:
-    see :func:`_scaled`."""
+    per point. The first run's output is checked against the baseline's
+    join. Above ``scale`` 1, one point: see :func:`_scaled`."""
     from operators._spark import local_spark
 
     plan = _QUICK if quick else _FULL if scale == 1 else _scaled(scale)
