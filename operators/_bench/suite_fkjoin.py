@@ -406,7 +406,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
     _measure(spark, workdir / "warmup", join, warmup, partial(_step, progress, what), True, True)
     readings.append(
         (
-            f"{what}, {warmup.batches} change batches, every side",
+            f"{what}, {warmup.batches} change batch{'es' * (warmup.batches > 1)}, every side",
             f"{time.perf_counter() - started:.1f} s",
         )
     )
