@@ -206,3 +206,50 @@ class TestOddColumnNames:
             harness.process_rows(rights, side=1)
             expected = Counter(row for _, row in harness.output)
         assert got == expected and sum(got.values()) == 6
+
+
+class TestStageInputFrame:
+    def test_sides_from_distinct_sources_are_one_projection_of_the_batch(self, spark: Any) -> None:
+        """A stage whose sides are each another source of the batch reads them
+        as one filtered projection, with no union: the same rows, sides,
+        sequences and row kinds as a union of each side's own selection,
+        including a side read in another order than the sources', a null-key
+        condition, and a source the stage does not read."""
+        from dataclasses import replace
+
+        from operators._runner import _side_rows, _SideRows
+
+        batch = spark.createDataFrame(
+            [
+                (1, "x", None, None, 10, "+I", 0),
+                (None, "y", None, None, 11, "+I", 0),
+                (None, None, 7, None, 12, "-U", 1),
+                (None, None, 8, None, 13, "+U", 1),
+                (None, None, None, 99, 14, "+I", 2),
+            ],
+            "q0__a long, q0__b string, q1__c long, q2__d long, seq long, row_kind string, "
+            "__source int",
+        )
+        sides = [
+            _SideRows(batch, 1, ["__source = 1"], ["q1__c AS s0__0"], "seq"),
+            _SideRows(
+                batch,
+                0,
+                ["__source = 0", "q0__a IS NOT NULL"],
+                ["q0__a AS s1__0", "q0__b AS s1__1"],
+                "NULL",
+            ),
+        ]
+        projected = _side_rows(sides, kinds=True, ordered=True, sources=3)
+        unioned = _side_rows(
+            [replace(s, source=None) for s in sides], kinds=True, ordered=True, sources=3
+        )
+        assert "Union" not in projected._jdf.queryExecution().analyzed().toString()
+        columns = ["s0__0", "s1__0", "s1__1", "row_kind", "__side", "__seq"]
+        got = sorted(projected.select(*columns).collect(), key=str)
+        assert got == sorted(unioned.select(*columns).collect(), key=str)
+        assert {tuple(r) for r in got} == {
+            (None, 1, "x", "+I", 1, None),
+            (7, None, None, "-U", 0, 12),
+            (8, None, None, "+U", 0, 13),
+        }
