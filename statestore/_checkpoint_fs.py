@@ -37,11 +37,13 @@ TEMP_MARK = ".tmp-"
 @dataclass(frozen=True)
 class FileStat:
     """A written or listed file: its path below the checkpoint root, size and
-    CRC-32 (``None`` when only listed)."""
+    CRC-32 (``None`` when only listed); a listed file's modification time in
+    nanoseconds where the filesystem gives one."""
 
     path: str
     size: int
     crc32: int | None = None
+    mtime_ns: int | None = None
 
 
 def resolve_location(location: str) -> tuple[pafs.FileSystem, str]:
@@ -218,7 +220,9 @@ class CheckpointFS:
         if it does not exist."""
         selector = pafs.FileSelector(self.full(rel_dir), allow_not_found=True)
         return [
-            FileStat(posixpath.join(rel_dir, info.base_name), int(info.size or 0))
+            FileStat(
+                posixpath.join(rel_dir, info.base_name), int(info.size or 0), None, info.mtime_ns
+            )
             for info in self.fs.get_file_info(selector)
         ]
 

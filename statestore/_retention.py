@@ -20,7 +20,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from statestore._checkpoint_fs import CheckpointFS
+from statestore._checkpoint_fs import CheckpointFS, FileStat
 from statestore._faults import fault
 from statestore._manifest import Manifest, name_version, parse_manifest_name, winner_path
 
@@ -36,18 +36,21 @@ class Cleanup:
     files_deleted: int = 0
 
 
-def cleanup(fs: CheckpointFS, retain: int, read_manifest: Callable[[str], Manifest]) -> Cleanup:
+def cleanup(
+    fs: CheckpointFS, retain: int, read_manifest: Callable[[FileStat], Manifest]
+) -> Cleanup:
     """Delete the manifests of all but the newest ``retain`` versions and every
-    file that only they (or failed attempts) needed."""
+    file that only they (or failed attempts) needed. ``read_manifest`` reads
+    a listed manifest."""
     listed = fs.list("manifests")
-    named = [(parse_manifest_name(posixpath.basename(s.path)), s.path) for s in listed]
-    manifests = [(ref, path) for ref, path in named if ref is not None]
+    named = [(parse_manifest_name(posixpath.basename(s.path)), s) for s in listed]
+    manifests = [(ref, stat.path) for ref, stat in named if ref is not None]
     versions = sorted({v for (v, _), _ in manifests})
     result = Cleanup()
     if len(versions) <= retain:
         return result
     oldest = result.oldest_kept = versions[-retain]
-    kept = [read_manifest(path) for (v, _), path in manifests if v >= oldest]
+    kept = [read_manifest(stat) for ref, stat in named if ref is not None and ref[0] >= oldest]
     needed = {f.path for m in kept for f in m.files()}
 
     fault("cleanup.before_delete")

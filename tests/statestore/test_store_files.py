@@ -181,6 +181,47 @@ class TestAtomicWrites:
             assert rows(r) == {"a": 1}
 
 
+class TestRetentionReads:
+    def test_a_fresh_store_reads_no_kept_manifest_again(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Retention reads each kept manifest once per process: a fresh store
+        of the partition (the next batch's task) commits without reading again
+        a manifest an earlier store's retention read, and one rewritten since
+        (another modification time) is read again."""
+        reads: list[str] = []
+        read_bytes = CheckpointFS.read_bytes
+
+        def counted(fs: CheckpointFS, rel: str) -> bytes:
+            reads.append(rel)
+            return read_bytes(fs, rel)
+
+        monkeypatch.setattr(CheckpointFS, "read_bytes", counted)
+        location = str(tmp_path / "c")
+        cfg = StoreConfig(retain_versions=3, local_dir=str(tmp_path / "l"))
+        with StateStore(location, "op", 0, [KV], cfg) as s:
+            s.load(None)
+            for v in range(1, 7):
+                put(s, {str(v): v})
+                s.commit(v)
+
+        def commit_reads(version: int) -> list[str]:
+            with StateStore(location, "op", 0, [KV], cfg) as s:
+                s.load(version - 1)
+                put(s, {str(version): version})
+                reads.clear()
+                s.commit(version)
+                assert s.versions() == [version - 2, version - 1, version]
+                return [r for r in reads if r.startswith("manifests/")]
+
+        assert commit_reads(7) == []
+        manifests = tmp_path / "c" / "op" / "0" / "manifests"
+        (sixth,) = [p for p in manifests.iterdir() if p.name.startswith(f"{6:020d}")]
+        stat = sixth.stat()
+        os.utime(sixth, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        assert commit_reads(8) == [f"manifests/{sixth.name}"]
+
+
 class TestFaultPoints:
     def test_unknown_point_is_rejected(self) -> None:
         """A misspelt fault point is a ValueError, not a silent no-op."""
