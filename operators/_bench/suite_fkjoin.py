@@ -34,12 +34,12 @@ so that comparison's baseline is 1.5 times the floor. Two readings bound
 it from below. The two stages doing nothing: the same two stages through
 the runner with operators that keep and emit nothing, the least the join's
 fixed cost could be. Spark alone, two stages: Spark with no relstate in the
-join's shape, one ``foreachBatch`` per micro-batch over the same files that
-persists the batch, shuffles both sides by the FK into ``mapInArrow`` tasks
-that emit one row per left row (a stand-in for a response), persisted, then
-shuffles the batch's left rows and those rows by K into ``mapInArrow`` tasks
-that only count, collecting both stages' counts: the least any two-stage
-design's fixed cost could be on Spark. Both readings also run at the table
+join's shape, in the cheapest shape Spark runs it, one job per micro-batch
+over the same files: a ``foreachBatch`` that persists the batch, shuffles
+both sides by the FK into ``mapInArrow`` tasks that emit one row per left
+row (a stand-in for a response), and those rows with the batch's left rows,
+in the same job, by K into ``mapInArrow`` tasks that only count: the least
+any two-stage design's fixed cost could be on Spark. Both readings also run at the table
 size the sweep holds, with the sizes' changes per batch, against the
 baseline there: the most the join's speed-up could be at that point on this
 runner, and on Spark with two stages, were the join's own work free.

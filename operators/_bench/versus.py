@@ -198,54 +198,45 @@ def spark_two_stage_floor(
 ) -> FloorRun:
     """What any two-stage operator of the foreign-key join's shape pays on
     Spark alone before it does anything, as :func:`spark_floor` for one
-    stage: each batch of ``stream`` persisted (both stages read it); the
-    first stage shuffles it by ``foreign_key`` into ``mapInArrow`` tasks that
-    emit one row per row with a ``key`` (a stand-in for a response; rows
-    without one, the right side's, are only read) and one row of their count,
-    persisted; the second stage shuffles the batch's rows with a ``key`` and
-    those responses by ``key`` into ``mapInArrow`` tasks that only count.
-    Both stages' counts are collected, the first's from its persisted rows,
-    as relstate's runner collects each stage's metadata rows. ``rows``: what
-    both stages' tasks counted."""
+    stage, in the cheapest shape Spark runs it: one job. Each batch of
+    ``stream`` is persisted (both stages read it); the first stage shuffles
+    it by ``foreign_key`` into ``mapInArrow`` tasks that emit each row's
+    ``key`` (a stand-in for a response; rows without one, the right side's,
+    are only read); those rows go straight, in the same job, with the
+    batch's rows that have a ``key``, into the second stage's shuffle by
+    ``key`` into ``mapInArrow`` tasks that only count, whose counts are
+    collected. (Two jobs, the first stage's rows persisted and collected in
+    between, as relstate's runner runs its stages, cost about 0.1 s a batch
+    more at the FK suite's 100k point, measured.) ``rows``: what the second
+    stage's tasks counted."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_type
 
     def count(batches: Any) -> Any:
         yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
 
     def each(batch: Any) -> int:
         key_type = batch.schema[key].dataType
-        arrow_key = to_arrow_type(key_type)
 
         def respond(batches: Any) -> Any:
-            rows = 0
             for b in batches:
-                rows += b.num_rows
-                keys = b.column(key).drop_null()
-                yield pa.record_batch([keys, pa.nulls(len(keys), pa.int64())], [key, "rows"])
-            yield pa.record_batch([pa.nulls(1, arrow_key), pa.array([rows])], [key, "rows"])
+                yield pa.record_batch([b.column(key).drop_null()], [key])
 
         persisted = batch.persist(StorageLevel.MEMORY_AND_DISK)
-        responses = (
-            persisted.repartition(partitions, foreign_key)
-            .mapInArrow(respond, f"`{key}` {key_type.simpleString()}, rows long")
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
         try:
-            first = responses.where(F.col(key).isNull()).select("rows").collect()
-            second = (
-                persisted.where(F.col(key).isNotNull())
+            responses = persisted.repartition(partitions, foreign_key).mapInArrow(
+                respond, f"`{key}` {key_type.simpleString()}"
+            )
+            counted = (
+                persisted.where(f"`{key}` IS NOT NULL")
                 .select(key)
-                .unionByName(responses.where(F.col(key).isNotNull()).select(key))
+                .unionByName(responses)
                 .repartition(partitions, key)
                 .mapInArrow(count, "rows long")
                 .collect()
             )
         finally:
-            responses.unpersist()
             persisted.unpersist()
-        return int(sum(r[0] for r in first) + sum(r[0] for r in second))
+        return int(sum(r[0] for r in counted))
 
     return _floor_run(stream, checkpoint, each)
 
