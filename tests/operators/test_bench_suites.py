@@ -301,6 +301,21 @@ class TestDedupReadings:
         assert _batch_ms(query) == "300 ms per batch (200 ms in addBatch)"
 
 
+def _one_batch_per_frame(spark: Any, tmp_path: Path, frames: list[Any], schema: str) -> Any:
+    """A stream of ``frames``, each written as one Parquet file under
+    ``tmp_path/in``, one file per micro-batch."""
+    (tmp_path / "in").mkdir()
+    for i, frame in enumerate(frames):
+        frame.coalesce(1).write.parquet(str(tmp_path / f"f{i}"))
+        (written,) = (tmp_path / f"f{i}").glob("*.parquet")
+        written.rename(tmp_path / "in" / f"part-{i}.parquet")
+    return (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(tmp_path / "in"))
+    )
+
+
 class TestSparkFloor:
     @pytest.mark.spark
     def test_counts_every_row_and_times_each_batch(self, spark: Any, tmp_path: Path) -> None:
@@ -308,16 +323,8 @@ class TestSparkFloor:
         Python (counted) and times each batch."""
         from operators._bench.versus import spark_floor
 
-        (tmp_path / "in").mkdir()
-        for i in range(3):
-            spark.range(i * 10, i * 10 + 10).coalesce(1).write.parquet(str(tmp_path / f"f{i}"))
-            (written,) = (tmp_path / f"f{i}").glob("*.parquet")
-            written.rename(tmp_path / "in" / f"part-{i}.parquet")
-        stream = (
-            spark.readStream.schema("id long")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(tmp_path / "in"))
-        )
+        frames = [spark.range(i * 10, i * 10 + 10) for i in range(3)]
+        stream = _one_batch_per_frame(spark, tmp_path, frames, "id long")
         floor = spark_floor(stream, "id", 2, str(tmp_path / "checkpoint"))
         assert floor.rows == 30
         assert len(floor.batches) == 3 and all(t > 0 for t in floor.batches)
@@ -330,20 +337,15 @@ class TestSparkFloor:
         the first stage, one batch per file."""
         from operators._bench.versus import spark_two_stage_floor
 
-        (tmp_path / "in").mkdir()
-        for i in range(2):
-            # Ten rows with a key (left rows) and five without (right rows).
-            rows = [(i * 10 + k, k % 3) for k in range(10)] + [(None, f) for f in range(5)]
-            spark.createDataFrame(rows, "id long, fk long").coalesce(1).write.parquet(
-                str(tmp_path / f"f{i}")
+        # Ten rows with a key (left rows) and five without (right rows).
+        frames = [
+            spark.createDataFrame(
+                [(i * 10 + k, k % 3) for k in range(10)] + [(None, f) for f in range(5)],
+                "id long, fk long",
             )
-            (written,) = (tmp_path / f"f{i}").glob("*.parquet")
-            written.rename(tmp_path / "in" / f"part-{i}.parquet")
-        stream = (
-            spark.readStream.schema("id long, fk long")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(tmp_path / "in"))
-        )
+            for i in range(2)
+        ]
+        stream = _one_batch_per_frame(spark, tmp_path, frames, "id long, fk long")
         floor = spark_two_stage_floor(stream, "fk", "id", 2, str(tmp_path / "checkpoint"))
         assert floor.rows == 2 * (2 * 10)
         assert len(floor.batches) == 2 and all(t > 0 for t in floor.batches)
