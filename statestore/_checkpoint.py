@@ -323,18 +323,16 @@ class PartitionCheckpoint:
     def cleanup(self, retain: int) -> Cleanup:
         """Apply retention (see :mod:`statestore._retention`)."""
 
-        def read(stat: FileStat) -> Manifest:
-            parsed = parse_manifest_name(posixpath.basename(stat.path))
-            assert parsed is not None
+        def read(ref: tuple[int, str], stat: FileStat) -> Manifest:
             if stat.mtime_ns is None:
-                return self.manifest(*parsed)
+                return self.manifest(*ref)
             key = (self.fs.full(stat.path), stat.size, stat.mtime_ns)
             with _KEPT_LOCK:
                 cached = _KEPT.get(key)
                 if cached is not None:
                     _KEPT.move_to_end(key)
                     return cached
-            manifest = self.manifest(*parsed)
+            manifest = self.manifest(*ref)
             with _KEPT_LOCK:
                 _KEPT[key] = manifest
                 if len(_KEPT) > _KEPT_LIMIT:

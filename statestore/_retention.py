@@ -37,26 +37,28 @@ class Cleanup:
 
 
 def cleanup(
-    fs: CheckpointFS, retain: int, read_manifest: Callable[[FileStat], Manifest]
+    fs: CheckpointFS,
+    retain: int,
+    read_manifest: Callable[[tuple[int, str], FileStat], Manifest],
 ) -> Cleanup:
     """Delete the manifests of all but the newest ``retain`` versions and every
     file that only they (or failed attempts) needed. ``read_manifest`` reads
-    a listed manifest."""
+    a listed manifest, given its version and commit id and its listing."""
     listed = fs.list("manifests")
     named = [(parse_manifest_name(posixpath.basename(s.path)), s) for s in listed]
-    manifests = [(ref, stat.path) for ref, stat in named if ref is not None]
+    manifests = [(ref, stat) for ref, stat in named if ref is not None]
     versions = sorted({v for (v, _), _ in manifests})
     result = Cleanup()
     if len(versions) <= retain:
         return result
     oldest = result.oldest_kept = versions[-retain]
-    kept = [read_manifest(stat) for ref, stat in named if ref is not None and ref[0] >= oldest]
+    kept = [read_manifest(ref, stat) for ref, stat in manifests if ref[0] >= oldest]
     needed = {f.path for m in kept for f in m.files()}
 
     fault("cleanup.before_delete")
-    for (v, _), path in sorted(manifests):
+    for (v, _), stat in sorted(manifests, key=lambda m: m[0]):
         if v < oldest:
-            fs.delete(path)
+            fs.delete(stat.path)
             result.manifests_deleted += 1
     for v in versions:
         if v < oldest:
