@@ -391,10 +391,7 @@ class _Driver:
                 named = str
                 sequence = _quoted(order) if order else ORDER
             else:
-                # With one source every row is this stream's.
-                conditions = (
-                    [f"{_SOURCE} = {stream.index}"] if len(self.pipeline.sources) > 1 else []
-                )
+                conditions = []
                 named = partial(_source_column, stream.index)
                 sequence = _quoted(named(order)) if order else "NULL"
             if inp.drop_null_keys:
@@ -513,8 +510,8 @@ def _in_sequence(kinds: bool) -> list[Column]:
 class _SideRows:
     """One side of a stage's input, before it is partitioned: where its rows
     are (the batch, or an earlier stage's cached rows), which source they are
-    (``None``: a stage's), which of them it takes, its columns under the
-    side's tagged names, and its sequence expression."""
+    (``None``: a stage's), which of its rows it takes besides (``conditions``),
+    its columns under the side's tagged names, and its sequence expression."""
 
     rows: DataFrame
     source: int | None
@@ -524,9 +521,10 @@ class _SideRows:
 
 
 def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
-    """The rows of every side of a stage, each under its tagged columns, with
-    ``row_kind`` (when ``kinds``), ``__side`` (with several sides) and the
-    sequence (when ``ordered``).
+    """The rows of every side of a stage (the batch has ``sources``
+    sources), each under its tagged columns, with ``row_kind`` (when
+    ``kinds``), ``__side`` (with several sides) and the sequence (when
+    ``ordered``).
 
     Sides that are each another source of the batch are one projection of
     the batch: a source's row holds nulls in every other source's columns,
@@ -538,25 +536,43 @@ def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int)
     2,200 changes a batch: 0.69 against 0.77 s a batch, medians of 20
     batches, alternating). Other sides (an earlier stage's rows, a source
     read by two sides) are selected each and unioned."""
-    several = len(sides) > 1
     by_source = [s.source for s in sides]
-    if several and None not in by_source and len(set(by_source)) == len(sides):
-        if sources == len(sides) and not any(s.conditions[1:] for s in sides):
-            condition = None
-        else:
-            condition = " OR ".join("(" + " AND ".join(s.conditions) + ")" for s in sides)
-        side = " ".join(f"WHEN {s.source} THEN {i}" for i, s in enumerate(sides))
-        sequence = " ".join(f"WHEN {s.source} THEN {s.sequence}" for s in sides)
-        rows = sides[0].rows if condition is None else sides[0].rows.where(condition)
-        return rows.selectExpr(
-            *[c for s in sides for c in s.columns],
-            *([ROW_KIND] if kinds else []),
-            f"CASE {_SOURCE} {side} END AS {SIDE}",
-            *([f"CAST(CASE {_SOURCE} {sequence} END AS BIGINT) AS {SEQ}"] if ordered else []),
-        )
+    if len(sides) > 1 and None not in by_source and len(set(by_source)) == len(sides):
+        return _projected(sides, kinds, ordered, sources)
+    return _unioned(sides, kinds, ordered, sources)
+
+
+def _taken(side: _SideRows, sources: int) -> list[str]:
+    """The conditions of the rows a side takes from its frame."""
+    # With one source every row of the batch is the source's.
+    mine = [f"{_SOURCE} = {side.source}"] if side.source is not None and sources > 1 else []
+    return mine + side.conditions
+
+
+def _projected(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
+    """Sides that are each another source, as one projection of the batch."""
+    if sources == len(sides) and not any(s.conditions for s in sides):
+        condition = None  # every row of the batch is one side's
+    else:
+        condition = " OR ".join("(" + " AND ".join(_taken(s, sources)) + ")" for s in sides)
+    side = " ".join(f"WHEN {s.source} THEN {i}" for i, s in enumerate(sides))
+    sequence = " ".join(f"WHEN {s.source} THEN {s.sequence}" for s in sides)
+    rows = sides[0].rows if condition is None else sides[0].rows.where(condition)
+    return rows.selectExpr(
+        *[c for s in sides for c in s.columns],
+        *([ROW_KIND] if kinds else []),
+        f"CASE {_SOURCE} {side} END AS {SIDE}",
+        *([f"CAST(CASE {_SOURCE} {sequence} END AS BIGINT) AS {SEQ}"] if ordered else []),
+    )
+
+
+def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
+    """Any sides, each selected from its frame, then unioned."""
+    several = len(sides) > 1
     parts = []
     for index, s in enumerate(sides):
-        rows = s.rows.where(" AND ".join(s.conditions)) if s.conditions else s.rows
+        condition = " AND ".join(_taken(s, sources))
+        rows = s.rows.where(condition) if condition else s.rows
         parts.append(
             rows.selectExpr(
                 *s.columns,
