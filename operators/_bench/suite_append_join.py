@@ -61,10 +61,12 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         # so the median was of runs still warming up. Above it a run is
         # minutes, and one small batch warms both.
         progress("warming up both")
-        small = AppendWorkload(rows=2_000, batches=1, seed=2) if scale > 1 else workload
-        warm = write_files(small.sides(), workdir / "warm-input") if scale > 1 else dirs
-        run_relstate(spark, small, warm, workdir / "warm-relstate", PARTITIONS)
-        run_spark(spark, small, warm, workdir / "warm-spark")
+        warming, warm = workload, dirs
+        if scale > 1:
+            warming = AppendWorkload(rows=2_000, batches=1, seed=2)
+            warm = write_files(warming.sides(), workdir / "warm-input")
+        run_relstate(spark, warming, warm, workdir / "warm-relstate", PARTITIONS)
+        run_spark(spark, warming, warm, workdir / "warm-spark")
     # Each side runs REPEATS times, alternating, and the medians are compared:
     # a shared 2-core machine moves single runs by 10-15%.
     repeats = 1 if quick else REPEATS if scale == 1 else SCALED_REPEATS

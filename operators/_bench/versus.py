@@ -176,6 +176,11 @@ class FloorRun:
     rows: int
 
 
+def _count_rows(batches: Any) -> Any:
+    """A ``mapInArrow`` function that only counts its task's rows."""
+    yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
+
+
 def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> FloorRun:
     """What any operator run by Spark's ``foreachBatch`` pays before it does
     anything: Spark's micro-batch over ``stream`` (an ``availableNow``
@@ -183,11 +188,8 @@ def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> Floo
     handed to Python by ``mapInArrow``, which only counts the rows (adaptive
     execution off, as in relstate's runner)."""
 
-    def count(batches: Any) -> Any:
-        yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
-
     def each(batch: Any) -> int:
-        shuffled = batch.repartition(partitions, key).mapInArrow(count, "rows long")
+        shuffled = batch.repartition(partitions, key).mapInArrow(_count_rows, "rows long")
         return int(sum(r[0] for r in shuffled.collect()))
 
     return _floor_run(stream, checkpoint, each)
@@ -211,9 +213,6 @@ def spark_two_stage_floor(
     stage's tasks counted."""
     from pyspark import StorageLevel
 
-    def count(batches: Any) -> Any:
-        yield pa.record_batch([pa.array([sum(b.num_rows for b in batches)])], names=["rows"])
-
     def each(batch: Any) -> int:
         key_type = batch.schema[key].dataType
 
@@ -231,7 +230,7 @@ def spark_two_stage_floor(
                 .select(key)
                 .unionByName(responses)
                 .repartition(partitions, key)
-                .mapInArrow(count, "rows long")
+                .mapInArrow(_count_rows, "rows long")
                 .collect()
             )
         finally:
