@@ -26,7 +26,7 @@ def _join() -> FkJoin:
 
 
 def _prepared(join: FkJoin, table: pa.Table) -> pa.Table:
-    return pa.Table.from_batches([join.prepare_left(table.combine_chunks().to_batches()[0])])
+    return pa.Table.from_batches([join.keyed_left(table.combine_chunks().to_batches()[0])])
 
 
 @pytest.fixture(params=SIZES, ids=lambda n: f"{n // 1000}k")
@@ -36,7 +36,7 @@ def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[PipelineHarness, It
     lefts, rights = _changelogs(request.param, _Plan((request.param,), 1_000, 200, ROUNDS), 1)
     pipeline = Pipeline()
     left = pipeline.source(
-        join.prepared_schema(lefts[0].schema), "left", sequence=join.sequence_column
+        join.keyed_schema(lefts[0].schema), "left", sequence=join.sequence_column
     )
     right = pipeline.source(rights[0].schema, "right", sequence=join.sequence_column)
     join.add_to(pipeline, left, right)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import pyarrow as pa
 
-from operators._fk_stages import FK, HASH, RESPONSE_SEQUENCE, ResultStage, SubscriptionStage
+from operators._fk_stages import FK, RESPONSE_SEQUENCE, ResultStage, SubscriptionStage
 from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators.errors import InputError
@@ -166,34 +166,48 @@ class FkJoin:
             return row[self.left.get_field_index(self.foreign_key)]
         return self.foreign_key(row)
 
-    def prepare_left(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` (left rows, other columns kept) with two more columns: the
-        row's FK and the hash of the row. Both stages read them, so the FK
-        function runs once per row and every stage sees the same hash."""
-        columns = [batch.column(n).to_pylist() for n in self.left.names]
-        rows = list(zip(*columns, strict=True)) if columns else []
-        fks = [self.foreign_key_of(r) for r in rows]
-        hashes = [self.row_hash(r) for r in rows]
-        try:
-            fk_array = pa.array(fks, type=self.fk_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise InputError(
-                f"the foreign key of a left row must be a {self.fk_type} (the right key's "
-                f"type) or None: {exc}"
-            ) from exc
-        arrays = [*batch.columns, fk_array, pa.array(hashes, type=pa.binary())]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.prepared_schema(batch.schema))
+    def keyed_left(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (left rows, other columns kept) with the row's FK as one
+        more column, which the subscription stage is partitioned by. In Spark
+        a column FK is that column itself and a function runs once per row
+        before the shuffle (:func:`prepared`); this is the same, in Python."""
+        if isinstance(self.foreign_key, str):
+            fk_array = batch.column(self.foreign_key)
+        else:
+            columns = [batch.column(n).to_pylist() for n in self.left.names]
+            fks = [self.foreign_key_of(r) for r in zip(*columns, strict=True)]
+            try:
+                fk_array = pa.array(fks, type=self.fk_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise InputError(
+                    f"the foreign key of a left row must be a {self.fk_type} (the right key's "
+                    f"type) or None: {exc}"
+                ) from exc
+        arrays = [*batch.columns, fk_array]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.keyed_schema(batch.schema))
 
-    def prepared_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The schema :meth:`prepare_left` gives a left batch of ``schema``."""
-        return pa.schema([*schema, pa.field(FK, self.fk_type), pa.field(HASH, pa.binary())])
+    def keyed_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The schema :meth:`keyed_left` gives a left batch of ``schema``."""
+        return pa.schema([*schema, pa.field(FK, self.fk_type)])
+
+    def keyed_input(self) -> pa.Schema:
+        """What both stages take as the left changelog: the left row (with
+        the sequence column) and its FK (:meth:`keyed_left`)."""
+        return pa.schema([*self.with_sequence(self.left), pa.field(FK, self.fk_type)])
+
+    def row_hashes(self, batch: pa.RecordBatch) -> list[bytes]:
+        """The hash of each left row of ``batch`` (its left columns, by name).
+        Each stage computes it from the rows it is given, with this one
+        function, so both see the same hash of a row."""
+        columns = [batch.column(n).to_pylist() for n in self.left.names]
+        return [self.row_hash(r) for r in zip(*columns, strict=True)]
 
     # -- the stages -------------------------------------------------------------------
 
     def add_to(self, pipeline: Pipeline, left: Stream, right: Stream) -> Stream:
-        """Add the join's two stages to ``pipeline``: ``left`` carries prepared
-        left rows (:meth:`prepare_left`), ``right`` the right table's rows.
-        Returns the stream of the join's upsert changelog."""
+        """Add the join's two stages to ``pipeline``: ``left`` carries the
+        left rows with their FK (:meth:`keyed_left`), ``right`` the right
+        table's rows. Returns the stream of the join's upsert changelog."""
         return self.wire(pipeline, left, right, SubscriptionStage(self), ResultStage(self))
 
     def wire(
@@ -227,17 +241,21 @@ class FkJoin:
 
 
 def prepared(left: DataFrame, join: FkJoin) -> DataFrame:
-    """The left changelog with its rows prepared (:meth:`FkJoin.prepare_left`)
-    in Spark's Python workers."""
+    """The left changelog with each row's FK (:meth:`FkJoin.keyed_left`): a
+    column FK is a projection of Spark's; a function FK runs in Spark's
+    Python workers, once per row, before the shuffle."""
+    if isinstance(join.foreign_key, str):
+        column = join.foreign_key.replace("`", "``")
+        return left.selectExpr("*", f"`{column}` AS `{FK}`")
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    schema = join.prepared_schema(to_arrow_schema(left.schema))
+    schema = join.keyed_schema(to_arrow_schema(left.schema))
 
-    def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield join.prepare_left(batch)
+            yield join.keyed_left(batch)
 
-    return left.mapInArrow(prepare, from_arrow_schema(schema))
+    return left.mapInArrow(keyed, from_arrow_schema(schema))
 
 
 def run_fk_join(

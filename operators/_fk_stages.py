@@ -12,18 +12,21 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from encoding import TableSchema
-from operators._changelog import RowKind
+from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError, RunnerError
 from operators.join._metrics import UNKNOWN_RETRACTIONS
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from operators._fk_join import FkJoin
 
 __all__ = ["FK", "HASH", "RESPONSE_SEQUENCE", "ResultStage", "SubscriptionStage"]
 
-#: The prepared left row's foreign key and the hash of the row.
+#: The left row's foreign key (a column of the left changelog the stages take)
+#: and the hash of the row (computed by each stage from the row).
 FK = "__fk"
 HASH = "__hash"
 _SEQ = "__seq"
@@ -40,7 +43,8 @@ MISMATCHED_RETRACTIONS = "numRetractionsOfMismatchedRows"
 class SubscriptionStage(Operator):
     """Keyed by FK: the right table, and which K subscribe to which FK.
 
-    Input 0 is the left table's subscriptions ``(FK, K, hash, seq)``: an
+    Input 0 is the left changelog with each row's FK; each row is a
+    subscription ``(FK, K, hash, seq)``, its hash computed here: an
     accumulate row (``+I``/``+U``) subscribes K to FK and is answered at once
     with FK's right row; a retraction (``-U``/``-D``, the before-image)
     unsubscribes K, answered by nothing (KAFKA-16394: an FK change must not
@@ -62,13 +66,11 @@ class SubscriptionStage(Operator):
     def __init__(self, join: FkJoin) -> None:
         self.join = join
         self.name = f"{join.name}-subscriptions"
-        seq = pa.field(join.sequence_column, pa.int64(), nullable=False)
         keys = [join.left.field(k) for k in join.left_key]
         digest = pa.field(HASH, pa.binary(), nullable=False)
-        self.inputs = [
-            pa.schema([pa.field(FK, join.fk_type), *keys, digest, seq]),
-            join.with_sequence(join.right),
-        ]
+        self.inputs = [join.keyed_input(), join.with_sequence(join.right)]
+        #: A subscription as process_row takes it.
+        self._subscription_row = [FK, *join.left_key, HASH, join.sequence_column]
         self.output = pa.schema(
             [
                 *keys,
@@ -108,8 +110,10 @@ class SubscriptionStage(Operator):
         ctx.emit((*key, *right, seq, order))
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        if side == 1 or not batch.num_rows:
+        if side == 1:
             super().process_batch(ctx, batch, side)
+            return
+        if not batch.num_rows:
             return
         # One multi-get per table for the run. A run of subscriptions does not
         # write the right table, so its rows serve the whole run; a row of
@@ -124,17 +128,16 @@ class SubscriptionStage(Operator):
             dict(zip(keys, ctx.table("subscriptions").get_rows(keys), strict=True)),
         )
         try:
-            super().process_batch(ctx, batch, side)
+            for kind, row in _left_rows(self.join, batch, self._subscription_row):
+                self._subscription(ctx, row, kind)
         finally:
             del self._runs[id(ctx)]
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
-        if side == 0:
-            self._subscription(ctx, row, kind)
-        else:
-            self._right_change(ctx, row, kind)
+        # Left rows come in batches (process_batch), each with its hash.
+        self._right_change(ctx, row, kind)
 
     def _subscription(self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind) -> None:
         fk, key, digest, seq = row[0], row[1:-2], row[-2], row[-1]
@@ -228,7 +231,8 @@ class _Pending:
 class ResultStage(Operator):
     """Keyed by K: the left table, and each K's result.
 
-    Input 0 is the left changelog (prepared: with FK and hash), which must
+    Input 0 is the left changelog with each row's FK (its hash is computed
+    here, from the row), which must
     carry before-images: ``-U``/``-D`` retract the row the table holds, ``+I``/
     ``+U`` add one where none is. As in Kafka's keyed left table, a
     retraction deletes K whatever row K holds (one whose before-image is
@@ -254,14 +258,13 @@ class ResultStage(Operator):
         self.name = f"{join.name}-results"
         fk = pa.field(FK, join.fk_type)
         digest = pa.field(HASH, pa.binary(), nullable=False)
-        # The left row, its FK and hash, then the sequence column unless the
-        # row holds it: a row's first width + 2 values are what the table keeps.
+        self.inputs = [join.keyed_input(), SubscriptionStage(join).output]
+        # A left row as process_row takes it: the row, its FK and hash, then
+        # the sequence column unless the row holds it; a row's first
+        # width + 2 values are what the table keeps.
         width = len(join.left)
-        left = list(join.with_sequence(join.left))
-        self.inputs = [
-            pa.schema([*left[:width], fk, digest, *left[width:]]),
-            SubscriptionStage(join).output,
-        ]
+        left = join.with_sequence(join.left).names
+        self._left_row = [*left[:width], FK, HASH, *left[width:]]
         self.output = join.output
         emitted = pa.field(_EMITTED, pa.bool_(), nullable=False)
         self.tables = [
@@ -281,8 +284,10 @@ class ResultStage(Operator):
         self._pending[id(ctx)] = _Pending()
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
-        if side == 1 or not batch.num_rows:
+        if side == 1:
             super().process_batch(ctx, batch, side)
+            return
+        if not batch.num_rows:
             return
         # One multi-get of the run's left keys. A row of K writes K only after
         # reading it, so each K's stored row serves the first row of K alone.
@@ -291,30 +296,35 @@ class ResultStage(Operator):
         keys = list(dict.fromkeys(zip(*columns, strict=True)))
         pending.stored = dict(zip(keys, ctx.table("left").get_rows(keys), strict=True))
         try:
-            super().process_batch(ctx, batch, side)
+            for kind, row in _left_rows(self.join, batch, self._left_row):
+                self._left_change(ctx, pending, row, kind)
         finally:
             pending.stored = {}
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
+        # Left rows come in batches (process_batch), each with its hash; these
+        # are responses.
         pending = self._pending[id(ctx)]
-        if side == 1:
-            n = len(self._keys)
-            key, digest, right, made = row[:n], row[n], row[n + 1 : -2], (row[-2], row[-1])
-            pending.touched[key] = None
-            answers = pending.responses.setdefault(key, {})
-            answer = answers.get(digest)
-            joined = right if right[self._right_key] is not None else None
-            if answer is None:
-                answers[digest] = _Answer(made, joined)
-                return
-            answer.count += 1
-            # Responses for one row (one hash, so one FK) all come from one
-            # subscription partition, which made them in sequence order.
-            if answer.made < made:
-                answer.made, answer.right = made, joined
+        n = len(self._keys)
+        key, digest, right, made = row[:n], row[n], row[n + 1 : -2], (row[-2], row[-1])
+        pending.touched[key] = None
+        answers = pending.responses.setdefault(key, {})
+        answer = answers.get(digest)
+        joined = right if right[self._right_key] is not None else None
+        if answer is None:
+            answers[digest] = _Answer(made, joined)
             return
+        answer.count += 1
+        # Responses for one row (one hash, so one FK) all come from one
+        # subscription partition, which made them in sequence order.
+        if answer.made < made:
+            answer.made, answer.right = made, joined
+
+    def _left_change(
+        self, ctx: OperatorContext, pending: _Pending, row: tuple[Any, ...], kind: RowKind
+    ) -> None:
         key = tuple(row[i] for i in self._keys)
         table = ctx.table("left")
         stored = pending.stored.pop(key) if key in pending.stored else table.get_row(key)
@@ -411,3 +421,13 @@ class ResultStage(Operator):
         for index, value in zip(self._out_keys, key, strict=True):
             out[index] = value
         return tuple(out)
+
+
+def _left_rows(
+    join: FkJoin, batch: pa.RecordBatch, names: list[str]
+) -> Iterator[tuple[RowKind, tuple[Any, ...]]]:
+    """Each left row of ``batch`` with its row kind, as the values of
+    ``names``: columns of the batch, and :data:`HASH`, the row's hash."""
+    hashes = join.row_hashes(batch)
+    columns = [hashes if n == HASH else batch.column(n).to_pylist() for n in names]
+    return zip(row_kinds(batch), zip(*columns, strict=True), strict=True)

@@ -64,7 +64,7 @@ class FkDriver:
         self.shuffle = shuffle
         pipeline = Pipeline()
         left = pipeline.source(
-            join.prepared_schema(join.with_sequence(join.left)),
+            join.keyed_input(),
             "left",
             sequence=join.sequence_column,
         )
@@ -229,7 +229,7 @@ class FkDriver:
         tables = self.take_changes()
         left = tables[0]
         if left is not None:
-            tables[0] = pa.Table.from_batches([self.join.prepare_left(left.to_batches()[0])])
+            tables[0] = pa.Table.from_batches([self.join.keyed_left(left.to_batches()[0])])
         out = self.harness.run_batch(tables)[self.output_stage]
         changes: dict[Key, tuple[Any, ...] | None] = {}
         names = self.join.output.names

@@ -13,6 +13,7 @@ import pytest
 from fk_driver import FkDriver
 
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
+from operators._fk_join import prepared
 from operators._repartition import repartition
 from statestore._faults import arm, inject
 from tests.operators.test_repartition_spark import _append
@@ -161,6 +162,31 @@ class TestFkJoinThroughSpark:
         metrics = query.last_metrics
         assert metrics["numSubscriptionRows"] == work.subscriptions
         assert metrics["numOutputRows"] == metrics["fkjoin-results.numOutputRows"]
+
+    def test_a_column_fk_is_read_without_a_python_pass(self, spark: Any) -> None:
+        """A column FK reaches the subscription stage's shuffle as a copy of
+        the column, in a plan with no Python in it; a function FK takes one
+        Python pass, which computes each row's FK (null where it joins
+        nothing). Neither adds the row's hash: each stage computes it."""
+        rows = [(1, 10, "a", 0, "+I"), (2, 20, "z", 1, "+I")]
+        left = spark.createDataFrame(
+            rows, "id long, fk long, payload string, seq long, row_kind string"
+        )
+
+        def plan_of(frame: Any) -> str:
+            return str(frame._jdf.queryExecution().analyzed())
+
+        by_column = prepared(left, FkJoin(LEFT, ["id"], RIGHT, "rid", "fk"))
+        assert "MapInArrow" not in plan_of(by_column) and "Python" not in plan_of(by_column)
+        assert [tuple(r) for r in by_column.select("id", "__fk").collect()] == [(1, 10), (2, 20)]
+        by_function = prepared(left, FkJoin(LEFT, ["id"], RIGHT, "rid", _fk_unless_z))
+        assert "MapInArrow" in plan_of(by_function)
+        assert [tuple(r) for r in by_function.select("id", "__fk").collect()] == [
+            (1, 10),
+            (2, None),
+        ]
+        for frame in (by_column, by_function):
+            assert "__hash" not in frame.columns
 
     def test_crash_between_stages_and_after_a_commit(
         self, spark: Any, tmp_path: Path, fault_dir: Path
