@@ -26,6 +26,7 @@ import posixpath
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,6 +40,8 @@ __all__ = ["RUNNER", "BatchRecord", "Journal", "QueryShape", "StageShape"]
 #: The runner's directory in a state location.
 RUNNER = "_runner"
 _FORMAT = 2
+#: At most this many partitions' winner records are written at once.
+_WINNER_WRITERS = 8
 
 
 @dataclass(frozen=True)
@@ -295,12 +298,22 @@ class Journal:
     def record_winners(self, record: BatchRecord) -> None:
         """Write each partition's winner of the batch into its checkpoint, for
         readers that load a version without naming a commit. The batch record
-        decides; these follow it."""
-        for stage, winners in record.winners.items():
-            for partition, commit_id in winners.items():
-                checkpoint = PartitionCheckpoint(self.root, stage, partition, filesystem=self.fs)
-                if checkpoint.winner(record.batch_id) != commit_id:
-                    checkpoint.record_winner(record.batch_id, commit_id)
+        decides; these follow it. Each partition's is a file of its own, so
+        they are written at once: the driver waits for the slowest, not the
+        sum (on S3, one round trip rather than one per partition)."""
+
+        def record_winner(stage: str, partition: int, commit_id: str) -> None:
+            checkpoint = PartitionCheckpoint(self.root, stage, partition, filesystem=self.fs)
+            checkpoint.record_winner(record.batch_id, commit_id)  # idempotent
+
+        winners = [
+            (stage, partition, commit_id)
+            for stage, by_partition in record.winners.items()
+            for partition, commit_id in by_partition.items()
+        ]
+        with ThreadPoolExecutor(min(len(winners), _WINNER_WRITERS) or 1) as writers:
+            # Consumed, so that the first write that fails raises here.
+            list(writers.map(lambda w: record_winner(*w), winners))
 
     def processing_time(self, batch_id: int) -> int:
         """The batch's processing time (ms): recorded before its first run, so

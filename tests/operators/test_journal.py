@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+from encoding import TableSchema
 from operators import InputError
 from operators._journal import BatchRecord, Journal, QueryShape, StageShape
+from statestore import PartitionCheckpoint, StateStore, StoreConfig, WinnerConflictError
 
 
 def _journal(tmp_path: Path) -> Journal:
@@ -133,3 +137,32 @@ class TestJournal:
         journal = _journal(tmp_path)
         first = journal.processing_time(7)
         assert journal.processing_time(7) == first
+
+    def test_winners_are_recorded_for_every_partition(self, tmp_path: Path) -> None:
+        """record_winners names each stage partition's winning commit in its
+        checkpoint (what a reader that names no commit loads), again without
+        harm, and raises when a partition already names another commit."""
+        journal = _journal(tmp_path)
+        table = TableSchema(1, pa.schema([("k", pa.int64())]), ["k"], name="t")
+        config = StoreConfig(partition_count=3)
+        winners: dict[str, dict[int, str]] = {}
+        for stage in ("join", "revenue"):
+            for partition in range(3):
+                store = StateStore(journal.root, stage, partition, [table], config)
+                store.load(None)
+                winners.setdefault(stage, {})[partition] = store.commit(0).commit_id
+                store.close()
+        record = BatchRecord(0, winners, watermark=None, stage_watermarks={}, max_event_time={})
+        journal.record_winners(record)
+        journal.record_winners(record)
+        for stage, by_partition in winners.items():
+            for partition, commit_id in by_partition.items():
+                checkpoint = PartitionCheckpoint(journal.root, stage, partition)
+                assert checkpoint.winner(0) == commit_id
+        store = StateStore(journal.root, "revenue", 1, [table], config)
+        store.load(None)
+        other = store.commit(0).commit_id
+        store.close()
+        winners["revenue"][1] = other
+        with pytest.raises(WinnerConflictError):
+            journal.record_winners(replace(record, winners=winners))
