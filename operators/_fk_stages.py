@@ -232,21 +232,20 @@ class ResultStage(Operator):
     """Keyed by K: the left table, and each K's result.
 
     Input 0 is the left changelog with each row's FK (its hash is computed
-    here, from the row), which must
-    carry before-images: ``-U``/``-D`` retract the row the table holds, ``+I``/
-    ``+U`` add one where none is. As in Kafka's keyed left table, a
-    retraction deletes K whatever row K holds (one whose before-image is
-    another row counts in ``numRetractionsOfMismatchedRows``), and one for a
-    K the table does not hold does nothing but count in
-    ``numRetractionsOfUnknownRows``. Input 1 is the responses. At the end of the
-    batch each touched K is resolved against its left row as it then stands:
-    only a response with that row's hash counts (the newest: by sequence, then
-    by the order the subscription stage made them). The responses with
-    another hash were computed for an older version of the row (every one, if
-    K has no row or no FK): they are dropped, each counted in
-    ``numResultsDroppedAsStale``. Each touched K gets one output row: its
-    joined row (``+I``, or ``+U`` over an earlier one), or a delete if it had
-    an output and has no result now.
+    here, from the row), which must carry before-images: ``-U``/``-D``
+    retract the row the table holds, ``+I``/``+U`` add one where none is. As
+    in Kafka's keyed left table, a retraction deletes K whatever row K holds
+    (one whose before-image is another row counts in
+    ``numRetractionsOfMismatchedRows``), and one for a K the table does not
+    hold does nothing but count in ``numRetractionsOfUnknownRows``. Input 1
+    is the responses. At the end of the batch each touched K is resolved
+    against its left row as it then stands: only a response with that row's
+    hash counts (the newest: by sequence, then by the order the subscription
+    stage made them). The responses with another hash were computed for an
+    older version of the row (every one, if K has no row or no FK): they are
+    dropped, each counted in ``numResultsDroppedAsStale``. Each touched K
+    gets one output row: its joined row (``+I``, or ``+U`` over an earlier
+    one), or a delete if it had an output and has no result now.
     """
 
     # Every write of the left table follows a read of its key (the row's

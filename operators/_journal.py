@@ -299,8 +299,8 @@ class Journal:
         """Write each partition's winner of the batch into its checkpoint, for
         readers that load a version without naming a commit. The batch record
         decides; these follow it. Each partition's is a file of its own, so
-        they are written at once: the driver waits for the slowest, not the
-        sum (on S3, one round trip rather than one per partition)."""
+        they are written at once: the driver waits for the slowest
+        partition's, not for their sum."""
 
         def record_winner(stage: str, partition: int, commit_id: str) -> None:
             checkpoint = PartitionCheckpoint(self.root, stage, partition, filesystem=self.fs)
@@ -311,7 +311,9 @@ class Journal:
             for stage, by_partition in record.winners.items()
             for partition, commit_id in by_partition.items()
         ]
-        with ThreadPoolExecutor(min(len(winners), _WINNER_WRITERS) or 1) as writers:
+        if not winners:
+            return
+        with ThreadPoolExecutor(min(len(winners), _WINNER_WRITERS)) as writers:
             # Consumed, so that the first write that fails raises here.
             list(writers.map(lambda w: record_winner(*w), winners))
 
