@@ -19,9 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from encoding import TableSchema
 from operators._bench.measure import ratio_text
 from operators._bench.runner import Machine
 from operators._operator import Operator, OperatorContext
+from statestore import StateStore, StoreConfig
 
 __all__ = [
     "Comparison",
@@ -188,7 +190,7 @@ def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> Floo
     handed to Python by ``mapInArrow``, which only counts the rows (adaptive
     execution off, as in relstate's runner)."""
 
-    def each(batch: Any) -> int:
+    def each(batch: Any, batch_id: int) -> int:
         shuffled = batch.repartition(partitions, key).mapInArrow(_count_rows, "rows long")
         return int(sum(r[0] for r in shuffled.collect()))
 
@@ -196,7 +198,12 @@ def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> Floo
 
 
 def spark_two_stage_floor(
-    stream: Any, foreign_key: str, key: str, partitions: int, checkpoint: str
+    stream: Any,
+    foreign_key: str,
+    key: str,
+    partitions: int,
+    checkpoint: str,
+    stores: str | None = None,
 ) -> FloorRun:
     """What any two-stage operator of the foreign-key join's shape pays on
     Spark alone before it does anything, as :func:`spark_floor` for one
@@ -210,27 +217,39 @@ def spark_two_stage_floor(
     collected. (Two jobs, the first stage's rows persisted and collected in
     between, as relstate's runner runs its stages, cost about 0.1 s a batch
     more at the FK suite's 100k point, measured.) ``rows``: what the second
-    stage's tasks counted."""
+    stage's tasks counted.
+
+    With ``stores`` (a state location), each task of both stages also does
+    what every task of an operator that keeps its state in relstate must,
+    as Spark's Python workers keep no partition from one batch to the next:
+    it opens its partition's :class:`~statestore.StateStore` (one per stage,
+    under ``stores``), loads the previous batch's version, and commits this
+    batch's, with no rows written."""
     from pyspark import StorageLevel
 
-    def each(batch: Any) -> int:
+    def each(batch: Any, batch_id: int) -> int:
         key_type = batch.schema[key].dataType
 
         def respond(batches: Any) -> Any:
             for b in batches:
                 yield pa.record_batch([b.column(key).drop_null()], [key])
 
+        first: Callable[[Any], Any] = respond
+        second: Callable[[Any], Any] = _count_rows
+        if stores is not None:
+            first = _in_a_store(respond, stores, "first", batch_id, partitions)
+            second = _in_a_store(_count_rows, stores, "second", batch_id, partitions)
         persisted = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             responses = persisted.repartition(partitions, foreign_key).mapInArrow(
-                respond, f"`{key}` {key_type.simpleString()}"
+                first, f"`{key}` {key_type.simpleString()}"
             )
             counted = (
                 persisted.where(f"`{key}` IS NOT NULL")
                 .select(key)
                 .unionByName(responses)
                 .repartition(partitions, key)
-                .mapInArrow(_count_rows, "rows long")
+                .mapInArrow(second, "rows long")
                 .collect()
             )
         finally:
@@ -240,10 +259,41 @@ def spark_two_stage_floor(
     return _floor_run(stream, checkpoint, each)
 
 
-def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any], int]) -> FloorRun:
-    """Run ``each`` on every batch of ``stream`` through ``foreachBatch``
-    (an ``availableNow`` trigger; adaptive execution off, as in relstate's
-    runner), timing each batch; ``each`` returns the rows it counted."""
+#: The one table of the stores a floor's tasks open and commit: it never
+#: holds a row.
+_NO_STATE = TableSchema(1, pa.schema([("k", pa.int64())]), ["k"], name="nothing")
+
+
+def _in_a_store(
+    work: Callable[[Any], Any], location: str, stage: str, batch_id: int, partitions: int
+) -> Callable[[Any], Any]:
+    """``work`` (a ``mapInArrow`` function) run in a task that opens its
+    partition's store of ``stage``, loads the version of the batch before
+    ``batch_id`` (none before the first) and, after ``work``, commits
+    ``batch_id``'s."""
+
+    def task(batches: Any) -> Any:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        config = StoreConfig(partition_count=partitions)
+        store = StateStore(location, stage, context.partitionId(), [_NO_STATE], config)
+        try:
+            store.load(batch_id - 1 if batch_id else None)
+            yield from work(batches)
+            store.commit(batch_id)
+        finally:
+            store.close()
+
+    return task
+
+
+def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any, int], int]) -> FloorRun:
+    """Run ``each`` on every batch of ``stream`` and its id through
+    ``foreachBatch`` (an ``availableNow`` trigger; adaptive execution off, as
+    in relstate's runner), timing each batch; ``each`` returns the rows it
+    counted."""
     from operators._runner import _without_adaptive_execution
 
     counted: list[int] = []
@@ -251,7 +301,7 @@ def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any], int]) -> Floo
 
     def batch_done(batch: Any, batch_id: int) -> None:
         with _without_adaptive_execution(batch.sparkSession):
-            counted.append(each(batch))
+            counted.append(each(batch, batch_id))
         finished.append(time.perf_counter())
 
     started = time.perf_counter()

@@ -350,6 +350,35 @@ class TestSparkFloor:
         assert floor.rows == 2 * (2 * 10)
         assert len(floor.batches) == 2 and all(t > 0 for t in floor.batches)
 
+    @pytest.mark.spark
+    def test_two_stage_floor_with_stores_commits_every_task(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """With stores, each task of both stages loads its partition's store
+        at the batch before and commits the batch's version on it (one commit
+        per version); the rows counted are the same."""
+        from operators._bench.versus import spark_two_stage_floor
+        from statestore import PartitionCheckpoint
+
+        frames = [
+            spark.createDataFrame([(i * 10 + k, k % 3) for k in range(10)], "id long, fk long")
+            for i in range(3)
+        ]
+        stream = _one_batch_per_frame(spark, tmp_path, frames, "id long, fk long")
+        state = str(tmp_path / "state")
+        floor = spark_two_stage_floor(stream, "fk", "id", 2, str(tmp_path / "ck"), state)
+        assert floor.rows == 3 * (2 * 10)
+        for stage in ("first", "second"):
+            for partition in (0, 1):
+                checkpoint = PartitionCheckpoint(state, stage, partition)
+                assert checkpoint.versions() == [0, 1, 2]
+                parents = []
+                for version in (0, 1, 2):
+                    (commit,) = checkpoint.commits(version)
+                    parent = checkpoint.manifest(version, commit).parent
+                    parents.append(None if parent is None else parent.version)
+                assert parents == [None, 0, 1]
+
 
 def test_the_pytest_benchmarks_in_bench_collect() -> None:
     """Every file of ``bench/`` (``python -m pytest bench/ --benchmark-only``,
