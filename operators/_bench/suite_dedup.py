@@ -31,7 +31,16 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from operators._bench.versus import Comparison, Discard, SuiteResult, Work, ceiling, runs, work_of
+from operators._bench.versus import (
+    Comparison,
+    Discard,
+    SuiteResult,
+    Work,
+    ceiling,
+    runs,
+    spark_floor,
+    work_of,
+)
 from operators._runner import RelstateQuery, Watermark, run_operator
 from operators._sinks import ParquetSink
 from operators._spark import local_spark
@@ -231,6 +240,13 @@ class _Sides:
         )
         return self._spark_timed(frame, "tws", {_NO_DATA: "false", _PROVIDER: _ROCKSDB})
 
+    def spark_alone(self) -> float:
+        """The Spark-alone floor over the source, start to end
+        (:func:`~operators._bench.versus.spark_floor`)."""
+        work = self._work("spark-alone")
+        stream = _stream(self.spark, self.source, self.tz)
+        return spark_floor(stream, "k", _PARTITIONS, str(work / "checkpoint")).seconds
+
     def relstate(self, operator: Any) -> _Timed:
         work = self._work("relstate")
         seconds, query = _timed(
@@ -316,6 +332,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         progress("the runner around an operator that does nothing")
         discard = Discard([schema(sides.tz)], schema(sides.tz))
         floor_runs = [sides.relstate(discard)[0]]
+        progress("Spark alone: the micro-batch, the shuffle into mapInArrow")
+        alone_runs = [sides.spark_alone()]
         for kind, label, baseline, goal in kinds:
             ours_name, theirs_name = _READING_NAMES.get(kind, (label, baseline))
             # Medians of several alternating runs, but for the slow baseline
@@ -337,6 +355,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 if kind == "drop" and not quick:
                     progress("the runner around an operator that does nothing")
                     floor_runs.append(sides.relstate(discard)[0])
+                    progress("Spark alone: the micro-batch, the shuffle into mapInArrow")
+                    alone_runs.append(sides.spark_alone())
             comparison = Comparison.of_runs(
                 label, rows, ours_runs, theirs_runs, baseline, goal=goal
             )
@@ -356,6 +376,16 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                         ceiling(comparison.baseline_seconds, median(floor_runs)),
                     )
                 )
+                readings.append(
+                    (
+                        f"Spark alone, median, against {theirs_name}",
+                        ceiling(
+                            comparison.baseline_seconds,
+                            median(alone_runs),
+                            "any operator run through foreachBatch and mapInArrow",
+                        ),
+                    )
+                )
     finally:
         spark.stop()
     description = (
@@ -370,7 +400,11 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         "relstate's runner with an operator that keeps and emits nothing: what any "
         "operator pays for Spark's micro-batch, the shuffle and the state store's open and "
         "commit; the baseline's time over it is the most any operator on this runner could "
-        "reach at this size. Spark's "
+        "reach at this size. The Spark-alone reading runs the same files through Spark's "
+        "micro-batch with `foreachBatch`, each batch shuffled by `k` into `mapInArrow` "
+        "tasks that only count the rows and write nothing: the baseline's time over it is "
+        "the most any operator run through `foreachBatch` and `mapInArrow` could reach, "
+        "on any runner. Spark's "
         "native operators run on its default state store and, as a second baseline, on "
         "its RocksDB provider (`spark.sql.streaming.stateStore.providerClass` = "
         "`RocksDBStateStoreProvider`); the `transformWithStateInPandas` "
