@@ -269,8 +269,9 @@ def _in_a_store(
 ) -> Callable[[Any], Any]:
     """``work`` (a ``mapInArrow`` function) run in a task that opens its
     partition's store of ``stage``, loads the version of the batch before
-    ``batch_id`` (none before the first) and, after ``work``, commits
-    ``batch_id``'s."""
+    ``batch_id`` (none before the first; by version, so it lists the
+    version's one commit where the runner's tasks name theirs) and, after
+    ``work``, commits ``batch_id``'s."""
 
     def task(batches: Any) -> Any:
         from pyspark import TaskContext
