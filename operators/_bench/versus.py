@@ -244,10 +244,11 @@ def spark_two_stage_floor(
             responses = persisted.repartition(partitions, foreign_key).mapInArrow(
                 first, f"`{key}` {key_type.simpleString()}"
             )
+            # The responses first in the union: the first stage's tasks are
+            # the union's first partitions, so a task's partition is its
+            # store's whatever the batch's own partitions.
             counted = (
-                persisted.where(f"`{key}` IS NOT NULL")
-                .select(key)
-                .unionByName(responses)
+                responses.unionByName(persisted.where(f"`{key}` IS NOT NULL").select(key))
                 .repartition(partitions, key)
                 .mapInArrow(second, "rows long")
                 .collect()
