@@ -163,6 +163,6 @@ class TestJournal:
         store.load(None)
         other = store.commit(0).commit_id
         store.close()
-        winners["revenue"][1] = other
+        conflicting = {**winners, "revenue": {**winners["revenue"], 1: other}}
         with pytest.raises(WinnerConflictError):
-            journal.record_winners(replace(record, winners=winners))
+            journal.record_winners(replace(record, winners=conflicting))
