@@ -195,11 +195,10 @@ class FkJoin:
         the sequence column) and its FK (:meth:`keyed_left`)."""
         return pa.schema([*self.with_sequence(self.left), pa.field(FK, self.fk_type)])
 
-    def row_hashes(self, batch: pa.RecordBatch) -> list[bytes]:
-        """The hash of each left row of ``batch`` (its left columns, by name).
-        Each stage computes it from the rows it is given, with this one
-        function, so both see the same hash of a row."""
-        columns = [batch.column(n).to_pylist() for n in self.left.names]
+    def row_hashes(self, columns: Sequence[list[Any]]) -> list[bytes]:
+        """The hash of each left row, given the values of the left columns in
+        ``left``'s order. Each stage computes it from the rows it is given,
+        with this one function, so both see the same hash of a row."""
         return [self.row_hash(r) for r in zip(*columns, strict=True)]
 
     # -- the stages -------------------------------------------------------------------

@@ -19,7 +19,7 @@ from operators.join._metrics import UNKNOWN_RETRACTIONS
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from operators._fk_join import FkJoin
 
@@ -119,16 +119,21 @@ class SubscriptionStage(Operator):
         # write the right table, so its rows serve the whole run; a row of
         # ``FK | K`` writes that subscription only after reading it, so its
         # stored row serves the run's first row of ``FK | K`` alone.
-        rows = batch.filter(batch.column(FK).is_valid())
-        columns = [rows.column(n).to_pylist() for n in (FK, *self.join.left_key)]
-        fks = list(dict.fromkeys(columns[0]))
-        keys = list(dict.fromkeys(zip(*columns, strict=True)))
+        values = _left_values(self.join, batch, self._subscription_row)
+        subscribed = [
+            k
+            for k in zip(*(values[n] for n in (FK, *self.join.left_key)), strict=True)
+            if k[0] is not None
+        ]
+        fks = list(dict.fromkeys(k[0] for k in subscribed))
+        keys = list(dict.fromkeys(subscribed))
         self._runs[id(ctx)] = _SubscriptionReads(
             dict(zip(fks, ctx.table("right").get_rows([(fk,) for fk in fks]), strict=True)),
             dict(zip(keys, ctx.table("subscriptions").get_rows(keys), strict=True)),
         )
         try:
-            for kind, row in _left_rows(self.join, batch, self._subscription_row):
+            rows = _rows(values, self._subscription_row)
+            for kind, row in zip(row_kinds(batch), rows, strict=True):
                 self._subscription(ctx, row, kind)
         finally:
             del self._runs[id(ctx)]
@@ -291,11 +296,12 @@ class ResultStage(Operator):
         # One multi-get of the run's left keys. A row of K writes K only after
         # reading it, so each K's stored row serves the first row of K alone.
         pending = self._pending[id(ctx)]
-        columns = [batch.column(k).to_pylist() for k in self.join.left_key]
-        keys = list(dict.fromkeys(zip(*columns, strict=True)))
+        values = _left_values(self.join, batch, self._left_row)
+        keys = list(dict.fromkeys(_rows(values, self.join.left_key)))
         pending.stored = dict(zip(keys, ctx.table("left").get_rows(keys), strict=True))
         try:
-            for kind, row in _left_rows(self.join, batch, self._left_row):
+            rows = _rows(values, self._left_row)
+            for kind, row in zip(row_kinds(batch), rows, strict=True):
                 self._left_change(ctx, pending, row, kind)
         finally:
             pending.stored = {}
@@ -422,11 +428,16 @@ class ResultStage(Operator):
         return tuple(out)
 
 
-def _left_rows(
-    join: FkJoin, batch: pa.RecordBatch, names: list[str]
-) -> Iterator[tuple[RowKind, tuple[Any, ...]]]:
-    """Each left row of ``batch`` with its row kind, as the values of
-    ``names``: columns of the batch, and :data:`HASH`, the row's hash."""
-    hashes = join.row_hashes(batch)
-    columns = [hashes if n == HASH else batch.column(n).to_pylist() for n in names]
-    return zip(row_kinds(batch), zip(*columns, strict=True), strict=True)
+def _left_values(join: FkJoin, batch: pa.RecordBatch, names: list[str]) -> dict[str, list[Any]]:
+    """The Python values of the columns of left ``batch`` that ``names``
+    and the row's hash need, each converted once, by name; and :data:`HASH`,
+    each row's hash."""
+    wanted = [n for n in dict.fromkeys([*join.left.names, *names]) if n != HASH]
+    values = {n: batch.column(n).to_pylist() for n in wanted}
+    values[HASH] = join.row_hashes([values[n] for n in join.left.names])
+    return values
+
+
+def _rows(values: dict[str, list[Any]], names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``values`` as tuples of ``names``' values."""
+    return zip(*(values[n] for n in names), strict=True)
