@@ -449,6 +449,14 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
             readings.append((f"{what}: initial load through relstate", f"{t.load:.2f} s"))
             readings.append((f"{what}: relstate per batch", runs(t.relstate)))
             readings.append((f"{what}: baseline per batch", runs(t.baseline)))
+            for label, measured in (
+                ("Spark alone", t.floor),
+                ("the two stages alone", t.alone),
+                (TWO_STAGES, t.two_stages),
+                (STORED, t.stored),
+            ):
+                if measured is not None:
+                    readings.append((f"{what}: {label} per batch", runs(measured)))
         t = times[point]
         name = (
             f"{n:,} left rows, {changes:,} changes per batch"
@@ -460,8 +468,6 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         comparisons.append(Comparison(name, changes, relstate, baseline, BASELINE, goal))
         if shared and t.alone is not None and t.two_stages is not None:
             alone, two = median(t.alone), median(t.two_stages)
-            readings.append((f"{what}: the two stages alone per batch", runs(t.alone)))
-            readings.append((f"{what}: {TWO_STAGES} per batch", runs(t.two_stages)))
             readings.append(
                 (
                     f"{what}: the two stages doing nothing, against the baseline",
@@ -477,10 +483,6 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         if fewest and t.floor and t.alone and t.two_stages and t.stored:
             floor, alone = median(t.floor), median(t.alone)
             two, stored = median(t.two_stages), median(t.stored)
-            readings.append((f"{what}: Spark alone per batch", runs(t.floor)))
-            readings.append((f"{what}: the two stages alone per batch", runs(t.alone)))
-            readings.append((f"{what}: {TWO_STAGES} per batch", runs(t.two_stages)))
-            readings.append((f"{what}: {STORED} per batch", runs(t.stored)))
             readings.append(
                 (
                     f"{what}: fixed cost, in Spark-alone floors",
