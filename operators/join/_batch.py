@@ -373,11 +373,12 @@ class HeldSide:
         self._extend(columns, rows)  # the side holds nothing: indices from 0
         keys = rows if self.row_is_identity else self._identities(columns)
         self.by_identity.update(zip(keys, range(len(rows)), strict=True))
-        join_keys, starts, stops = _runs(
-            [stored_rows.column(i) for i in self.view.join_key_indices]
-        )
-        runs = map(range, starts, stops)
-        self.by_join_key.update(zip(join_keys, runs, strict=True))
+        indices = self.view.join_key_indices
+        starts, stops = _runs([stored_rows.column(i) for i in indices])
+        # A run's key is made of the values its first row holds (no second
+        # copy of them from Arrow to make and drop).
+        join_keys = zip(*[map(columns[i].__getitem__, starts) for i in indices], strict=True)
+        self.by_join_key.update(zip(join_keys, map(range, starts, stops), strict=True))
 
     def _only(self, batch: pa.RecordBatch, join_keys: list[Row]) -> pa.RecordBatch:
         """The rows of ``batch`` whose join key is one of ``join_keys`` (none
@@ -587,9 +588,9 @@ def _stored_row(appearances: bool, associations: bool) -> Callable[[Row, int, in
     return lambda row, a, c: row
 
 
-def _runs(columns: list[pa.Array]) -> tuple[Iterable[Row], list[int], list[int]]:
-    """Each run of equal keys in ``columns`` (the key's columns, in key
-    order: equal keys in a run): its key, first and past-last position; a
+def _runs(columns: list[pa.Array]) -> tuple[list[int], list[int]]:
+    """The first and past-last position of each run of equal keys in
+    ``columns`` (the key's columns, in key order: equal keys in a run); a
     null equals a null, as in the key bytes. In Arrow, not row by row."""
     n = len(columns[0])
     changed = np.zeros(max(n - 1, 0), dtype=bool)
@@ -602,9 +603,7 @@ def _runs(columns: list[pa.Array]) -> tuple[Iterable[Row], list[int], list[int]]
         changed |= differs.to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
     stops = np.append(starts[1:], n)
-    at = pa.array(starts)
-    keys = zip(*[column.take(at).to_pylist() for column in columns], strict=True)
-    return keys, starts.tolist(), stops.tolist()
+    return starts.tolist(), stops.tolist()
 
 
 def _batch(schema: pa.Schema, rows: Sequence[Row]) -> pa.RecordBatch:
