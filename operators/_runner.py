@@ -6,7 +6,9 @@ order: a stage's input (rows of the batch's sources, or an earlier stage's
 output of this batch) is repartitioned by the stage's key, ordered, and run in
 ``mapInArrow`` (:mod:`operators._spark_task`): each task loads its partition's
 previous winning commit, processes, commits this batch under a fresh commit
-id, and returns its output plus one metadata row. One Spark job per stage.
+id, and returns its output plus one metadata row. One Spark job per stage,
+except that a stage whose rows only one later stage reads runs in that
+stage's job, its metadata rows handed on with its rows.
 The driver hands each output stage's rows to its sink, and only then records
 the batch in the journal (:mod:`operators._journal`): every stage's winners,
 the watermarks and the metrics, in one record. A batch that runs again (a
@@ -21,7 +23,7 @@ import json
 import sys
 import time
 import weakref
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -168,6 +170,8 @@ class _Driver:
         self.delays = pipeline.watermark_delays()
         self.stage_inputs = pipeline.watermark_inputs()
         self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
+        #: Each stage that runs in a later stage's job, with that stage.
+        self.fused = self._fused()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -256,9 +260,16 @@ class _Driver:
         }
         metas: dict[str, list[dict[str, Any]]] = {}
         staged = _BatchStages(batch, batch_id, previous, marks, processing_time, direct)
-        reads = Counter(i.stream.index for s in stages for i in s.inputs if not i.stream.is_stage)
-        if any(n > 1 for n in reads.values()):
-            # A source is read by several stages or sides: read the batch once.
+        jobs: dict[int, set[int]] = defaultdict(set)
+        for index, stage in enumerate(stages):
+            for source in (i.stream.index for i in stage.inputs if not i.stream.is_stage):
+                jobs[source].add(self._job_of(index))
+        if any(len(j) > 1 for j in jobs.values()):
+            # A source is read by several jobs: read the batch once. Sides in
+            # one job read it as Spark's own plans read a source they name
+            # twice: twice, which costs a job less than caching it (measured,
+            # the FK join's two stages in one job: 0.59 against 0.65 and 0.83
+            # against 1.00 s a batch, medians of 15 batches, alternating).
             staged.batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
             staged.cached.append(staged.batch)
         context = batch.sparkSession.sparkContext
@@ -270,23 +281,28 @@ class _Driver:
             # rows, only its frame.
             with ThreadPoolExecutor(1, thread_name_prefix="relstate-plan") as planner:
                 planned = plan_stage(0)
-                for index, (stage, plan) in enumerate(zip(stages, self.plans, strict=True)):
+                in_job: list[int] = []
+                for index, stage in enumerate(stages):
                     committing, output = planned
                     upcoming = (
                         planner.submit(plan_stage, index + 1) if index + 1 < len(stages) else None
                     )
-                    if index:
-                        fault("runner.driver_between_stages")
-                    context.setJobGroup(
-                        job_group(self.query_name, stage.name),
-                        f"{self.query_name}: batch {batch_id}, stage {index} {stage.name!r}",
-                    )
-                    metas[stage.name] = _committed(
-                        committing, batch_id, plan.partitions, stage.name
-                    )
-                    if output is not None:
-                        sink, staging, _ = output
-                        sink.publish(staging, [m["part"] for m in metas[stage.name]], batch_id)
+                    in_job.append(index)
+                    if index not in self.fused:
+                        if in_job[0]:
+                            # An earlier job of this batch ran: its stages committed.
+                            fault("runner.driver_between_stages")
+                        names = ", ".join(repr(stages[i].name) for i in in_job)
+                        context.setJobGroup(
+                            job_group(self.query_name, stage.name),
+                            f"{self.query_name}: batch {batch_id}, stage {index} ({names})",
+                        )
+                        metas.update(self._committed(committing, batch_id, in_job))
+                        if output is not None:
+                            sink, staging, _ = output
+                            parts = [m["part"] for m in metas[stage.name]]
+                            sink.publish(staging, parts, batch_id)
+                        in_job = []
                     if upcoming is not None:
                         planned = upcoming.result()
             for stream, handed in self.outputs:
@@ -306,6 +322,64 @@ class _Driver:
             for frame in reversed(staged.cached):
                 frame.unpersist()
         return metas
+
+    def _fused(self) -> dict[int, int]:
+        """The stages whose rows, metadata rows included, go on into their
+        one reader's job instead of a job of their own, each with that
+        reader: each read by one side of one later stage and handed to no
+        sink. Their rows are then neither cached nor collected between two
+        jobs."""
+        outputs = {stream.index for stream, _ in self.outputs}
+        sides = [
+            (i.stream.index, reader)
+            for reader, s in enumerate(self.pipeline.stages)
+            for i in s.inputs
+            if i.stream.is_stage
+        ]
+        readers = Counter(index for index, _ in sides)
+        fused: dict[int, int] = {}
+        for index, reader in sides:
+            # One fused side per reader: its tasks must run in the first
+            # partitions of the reader's input (see _side_rows).
+            if readers[index] == 1 and index not in outputs and reader not in fused.values():
+                fused[index] = reader
+        return fused
+
+    def _job_of(self, index: int) -> int:
+        """The stage whose job runs stage ``index``: the last of its chain
+        of fused readers."""
+        while index in self.fused:
+            index = self.fused[index]
+        return index
+
+    def _committed(
+        self, result: DataFrame, batch_id: int, stages: list[int]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Run a job: the metadata rows of the tasks of ``stages`` (its last
+        stage's, and those the earlier ones' rows carried into it), by stage
+        name; the first task's error as an :class:`InputError`; a
+        :class:`RunnerError` unless every partition of each stage committed."""
+        # No select(META) first: each frame is another analysis of the whole
+        # plan, and these rows hold nulls in every other column.
+        metas = [json.loads(r[META]) for r in result.collect()]
+        errors = sorted((m["partition"], m["stage"], m["error"]) for m in metas if "error" in m)
+        if errors:
+            partition, stage, error = errors[0]
+            raise InputError(
+                f"batch {batch_id}, stage {self.pipeline.stages[stage].name!r}, partition "
+                f"{partition}: {error}; nothing of this batch was recorded"
+            )
+        committed: dict[str, list[dict[str, Any]]] = {}
+        for index in stages:
+            name, partitions = self.pipeline.stages[index].name, self.plans[index].partitions
+            committed[name] = [m for m in metas if m["stage"] == index]
+            got = sorted(m["partition"] for m in committed[name])
+            if got != list(range(partitions)):
+                raise RunnerError(
+                    f"batch {batch_id}, stage {name!r}: tasks committed partitions {got}, "
+                    f"expected 0..{partitions - 1}; the batch is not recorded and runs again"
+                )
+        return committed
 
     def _plan_stage(
         self, staged: _BatchStages, index: int
@@ -340,6 +414,10 @@ class _Driver:
         frame = self._stage_input(index, staged.batch, staged.results)
         schema = from_arrow_schema(task_schema(stage.operator))
         result = frame.mapInArrow(run_task(plan, task_batch, output), schema)
+        if index in self.fused:
+            # Its rows, metadata rows too, are read once, in its reader's job.
+            staged.results[index] = result
+            return result, None
         if output is not None:
             # Its tasks wrote their output to the sink and return only their
             # metadata rows: nothing to filter out.
@@ -385,9 +463,11 @@ class _Driver:
         keys: list[list[str]] = []
         for side, (inp, order) in enumerate(zip(stage.inputs, orders, strict=True)):
             stream = inp.stream
+            # A stage run in this job: its metadata rows come along, to be handed on.
+            fused = stream.is_stage and stream.index in self.fused
             named: Callable[[str], str]
             if stream.is_stage:
-                conditions = [f"{META} IS NULL"]
+                conditions = [] if fused else [f"{META} IS NULL"]
                 named = str
                 sequence = _quoted(order) if order else ORDER
             else:
@@ -395,16 +475,20 @@ class _Driver:
                 named = partial(_source_column, stream.index)
                 sequence = _quoted(named(order)) if order else "NULL"
             if inp.drop_null_keys:
-                conditions += [f"{_quoted(named(k))} IS NOT NULL" for k in inp.keys]
+                keyed = " AND ".join(f"{_quoted(named(k))} IS NOT NULL" for k in inp.keys)
+                # Metadata rows hold no key, and go on all the same.
+                conditions.append(f"({META} IS NOT NULL OR {keyed})" if fused else keyed)
             columns = plan.side_columns[side]
             keys.append([tagged(side, columns.index(k)) for k in inp.keys])
+            selected = [f"{_quoted(named(n))} AS {tagged(side, i)}" for i, n in enumerate(columns)]
             sides.append(
                 _SideRows(
                     results[stream.index] if stream.is_stage else batch,
                     None if stream.is_stage else stream.index,
                     conditions,
-                    [f"{_quoted(named(n))} AS {tagged(side, i)}" for i, n in enumerate(columns)],
+                    [*selected, META] if fused else selected,
                     sequence,
+                    fused,
                 )
             )
         frame = _side_rows(sides, kinds, ordered, len(self.pipeline.sources))
@@ -518,6 +602,8 @@ class _SideRows:
     conditions: list[str]
     columns: list[str]
     sequence: str
+    #: The rows of a stage that runs in this stage's job (its tasks' rows).
+    fused: bool = False
 
 
 def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
@@ -535,7 +621,10 @@ def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int)
     and partition (measured, the FK join's two stages at 100k left rows and
     2,200 changes a batch: 0.69 against 0.77 s a batch, medians of 20
     batches, alternating). Other sides (an earlier stage's rows, a source
-    read by two sides) are selected each and unioned."""
+    read by two sides) are selected each and unioned, a fused stage's side
+    first: a union numbers its partitions in the order of its inputs, so
+    that stage's tasks, run in this union's partitions, keep their own
+    partition numbers."""
     by_source = [s.source for s in sides]
     if len(sides) > 1 and None not in by_source and len(set(by_source)) == len(sides):
         return _projected(sides, kinds, ordered, sources)
@@ -570,7 +659,8 @@ def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -
     """Any sides, each selected from its frame, then unioned."""
     several = len(sides) > 1
     parts = []
-    for index, s in enumerate(sides):
+    for index in sorted(range(len(sides)), key=lambda i: not sides[i].fused):
+        s = sides[index]
         condition = " AND ".join(_taken(s, sources))
         rows = s.rows.where(condition) if condition else s.rows
         parts.append(
@@ -625,30 +715,6 @@ def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
         yield
     finally:
         session.conf.set(key, before)
-
-
-def _committed(
-    result: DataFrame, batch_id: int, partitions: int, stage: str
-) -> list[dict[str, Any]]:
-    """The metadata rows of a stage's tasks (``result``: only those rows);
-    the first task's error as an :class:`InputError`; a :class:`RunnerError`
-    unless every partition committed."""
-    # No select(META) first: each frame is another analysis of the whole
-    # plan, and these rows hold nulls in every other column.
-    metas = [json.loads(r[META]) for r in result.collect()]
-    errors = sorted((m["partition"], m["error"]) for m in metas if "error" in m)
-    if errors:
-        raise InputError(
-            f"batch {batch_id}, stage {stage!r}, partition {errors[0][0]}: {errors[0][1]}; "
-            "nothing of this batch was recorded"
-        )
-    got = sorted(m["partition"] for m in metas)
-    if got != list(range(partitions)):
-        raise RunnerError(
-            f"batch {batch_id}, stage {stage!r}: tasks committed partitions {got}, expected "
-            f"0..{partitions - 1}; the batch is not recorded and runs again"
-        )
-    return metas
 
 
 # -- the query ---------------------------------------------------------------------------

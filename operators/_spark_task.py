@@ -28,7 +28,7 @@ from operators._pipeline import same_type
 from operators._sinks import StagedSink
 from operators._task import BatchRun, output_schema, state_metrics, state_tables
 from operators._watermark import max_event_time
-from operators.errors import InputError
+from operators.errors import InputError, RunnerError
 from statestore import LockHeldError, LogConfig, StateStore, StoreConfig, apply_log_config, fault
 
 __all__ = [
@@ -129,6 +129,13 @@ def run_task(
         assert context is not None
         apply_log_config(plan.log)
         partition = context.partitionId()
+        if partition >= plan.partitions:
+            # A stage run in a later stage's job takes the first partitions
+            # of that job's input; anything else would be another partition's state.
+            raise RunnerError(
+                f"stage {plan.operator.name!r}: task of partition {partition}, but the stage "
+                f"has {plan.partitions}; its input was not partitioned by the runner"
+            )
         schema = task_schema(plan.operator)
         store = open_store(plan, partition, context.attemptNumber())
         try:
@@ -160,8 +167,10 @@ def _run(
     )
     max_time: dict[str, int] = {}
     part = None
+    handed_on: list[str] = []
     try:
-        outputs = _outputs(run, side_batches(batches, plan.side_columns), plan, max_time)
+        rows = side_batches(_handing_on(batches, handed_on), plan.side_columns)
+        outputs = _outputs(run, rows, plan, max_time)
         if output is None:
             position = partition << _ORDER_BITS
             for out in outputs:
@@ -173,7 +182,9 @@ def _run(
             part = sink.write_part(staging, partition, arrow, outputs)
     except InputError as exc:
         # Nothing is committed; the driver raises it, once.
-        yield _meta_row(schema, {"partition": partition, "error": str(exc)})
+        yield from _meta_rows(schema, handed_on)
+        error = {"stage": plan.index, "partition": partition, "error": str(exc)}
+        yield _meta_row(schema, error)
         return
     metrics = {**run.metrics, **state_metrics(store.tables)}
     started = time.perf_counter()
@@ -184,6 +195,7 @@ def _run(
     metrics["commitTimeMs"] = int((time.perf_counter() - started) * 1000)
     metrics["memoryUsedBytes"] = info.memory_used_bytes
     meta: dict[str, Any] = {
+        "stage": plan.index,
         "partition": partition,
         "commit_id": info.commit_id,
         "metrics": metrics,
@@ -191,7 +203,32 @@ def _run(
     }
     if part is not None:
         meta["part"] = part
+    yield from _meta_rows(schema, handed_on)
     yield _meta_row(schema, meta)
+
+
+def _handing_on(batches: Iterator[pa.RecordBatch], into: list[str]) -> Iterator[pa.RecordBatch]:
+    """A task's input without the metadata rows of an earlier stage that ran
+    in this job (``__meta`` set), which go to ``into``: the task returns them
+    with its own, for the driver."""
+    for batch in batches:
+        index = batch.schema.get_field_index(META)
+        if index < 0:
+            yield batch
+            continue
+        meta = batch.column(index)
+        if meta.null_count < batch.num_rows:
+            into.extend(meta.drop_null().to_pylist())
+            batch = batch.filter(meta.is_null())
+        yield batch.remove_column(index)
+
+
+def _meta_rows(schema: pa.Schema, metas: list[str]) -> Iterator[pa.RecordBatch]:
+    """Metadata rows handed on from an earlier stage, as this task's rows."""
+    if metas:
+        arrays = [pa.nulls(len(metas), type=f.type) for f in schema]
+        arrays[-1] = pa.array(metas, type=pa.string())
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _outputs(

@@ -80,8 +80,8 @@ STORE_POINTS: tuple[str, ...] = (
 )
 #: The Spark runner's: a task that committed its partition but died before
 #: returning its output; a driver that wrote a batch's output but died before
-#: recording the batch; a driver of a multi-stage batch that ran a stage but
-#: died before the next one.
+#: recording the batch; a driver of a batch of several Spark jobs that ran a
+#: job of its stages but died before the next one.
 RUNNER_POINTS: tuple[str, ...] = (
     "runner.task_after_commit",
     "runner.driver_after_sink",

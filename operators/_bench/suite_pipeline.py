@@ -446,8 +446,10 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         f"small input, each variant runs {plan.repeats} times, alternating which goes first, "
         "and the table compares the medians (a speed-up above 1: the one query is faster). "
         "**Spark jobs per batch** come from Spark's status tracker: each stage's jobs by the "
-        "job group the runner sets (`relstate:<query>:<stage>`), and every job the query ran "
-        "(by job id: file listing, planning, the stages, the sink), over its batches."
+        "job group the runner sets (`relstate:<query>:<stage>`; a job is grouped under its "
+        "last stage, so in the one query the join, which runs in the revenue stage's job, "
+        "has none of its own), and every job the query ran (by job id: file listing, "
+        "planning, the stages, the sink), over its batches."
     )
     return SuiteResult(
         suite="pipeline",

@@ -207,15 +207,16 @@ def spark_two_stage_floor(
 ) -> FloorRun:
     """What any two-stage operator of the foreign-key join's shape pays on
     Spark alone before it does anything, as :func:`spark_floor` for one
-    stage, in the cheapest shape Spark runs it: one job. Each batch of
-    ``stream`` is persisted (both stages read it); the first stage shuffles
-    it by ``foreign_key`` into ``mapInArrow`` tasks that emit each row's
+    stage, in the cheapest shape Spark runs it: one job, reading each batch
+    of ``stream`` twice, uncached (both stages read it; caching it cost
+    relstate's runner more than the second read, measured). The first stage
+    shuffles it by ``foreign_key`` into ``mapInArrow`` tasks that emit each row's
     ``key`` (a stand-in for a response; rows without one, the right side's,
     are only read); those rows go straight, in the same job, with the
     batch's rows that have a ``key``, into the second stage's shuffle by
     ``key`` into ``mapInArrow`` tasks that only count, whose counts are
     collected. (Two jobs, the first stage's rows persisted and collected in
-    between, as relstate's runner runs its stages, cost about 0.1 s a batch
+    between, as relstate's runner ran its stages, cost about 0.1 s a batch
     more at the FK suite's 100k point, measured.) ``rows``: what the second
     stage's tasks counted.
 
@@ -225,7 +226,6 @@ def spark_two_stage_floor(
     it opens its partition's :class:`~statestore.StateStore` (one per stage,
     under ``stores``), loads the previous batch's version, and commits this
     batch's, with no rows written."""
-    from pyspark import StorageLevel
 
     def each(batch: Any, batch_id: int) -> int:
         key_type = batch.schema[key].dataType
@@ -239,22 +239,18 @@ def spark_two_stage_floor(
         if stores is not None:
             first = _in_a_store(respond, stores, "first", batch_id, partitions)
             second = _in_a_store(_count_rows, stores, "second", batch_id, partitions)
-        persisted = batch.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            responses = persisted.repartition(partitions, foreign_key).mapInArrow(
-                first, f"`{key}` {key_type.simpleString()}"
-            )
-            # The responses first in the union: the first stage's tasks are
-            # the union's first partitions, so a task's partition is its
-            # store's whatever the batch's own partitions.
-            counted = (
-                responses.unionByName(persisted.where(f"`{key}` IS NOT NULL").select(key))
-                .repartition(partitions, key)
-                .mapInArrow(second, "rows long")
-                .collect()
-            )
-        finally:
-            persisted.unpersist()
+        responses = batch.repartition(partitions, foreign_key).mapInArrow(
+            first, f"`{key}` {key_type.simpleString()}"
+        )
+        # The responses first in the union: the first stage's tasks are
+        # the union's first partitions, so a task's partition is its
+        # store's whatever the batch's own partitions.
+        counted = (
+            responses.unionByName(batch.where(f"`{key}` IS NOT NULL").select(key))
+            .repartition(partitions, key)
+            .mapInArrow(second, "rows long")
+            .collect()
+        )
         return int(sum(r[0] for r in counted))
 
     return _floor_run(stream, checkpoint, each)

@@ -18,18 +18,22 @@ from operators._bench.revenue_pipeline import sources
 
 
 def run(
-    spark: Any, root: Path, partitions: int = 3, **options: Any
+    spark: Any, root: Path, partitions: int = 3, joined_too: bool = False, **options: Any
 ) -> tuple[ParquetSink, RelstateQuery]:
-    """Run the pipeline over every file under ``root`` to the end."""
+    """Run the pipeline over every file under ``root`` to the end; with
+    ``joined_too`` the join's rows also go to a sink of their own (``joined``),
+    so that the join runs as a Spark job of its own, before the revenue's."""
     pipeline = Pipeline()
-    _, revenue = build(pipeline, *sources(spark, root, pipeline))
+    joined, revenue = build(pipeline, *sources(spark, root, pipeline))
     sink = ParquetSink(str(root / "out"))
+    more = [(joined, ParquetSink(str(root / "joined")))] if joined_too else []
     query = pipeline.start(
         revenue,
         sink,
         checkpoint=str(root / "checkpoint"),
         partitions=partitions,
         trigger={"availableNow": True},
+        more_outputs=more,
         **options,
     )
     query.awaitTermination()
@@ -40,5 +44,5 @@ if __name__ == "__main__":
     from operators._spark import local_spark
 
     session = local_spark("relstate-pipeline-job", {"spark.default.parallelism": "2"})
-    run(session, Path(sys.argv[1]))
+    run(session, Path(sys.argv[1]), joined_too="--joined-too" in sys.argv[2:])
     session.stop()

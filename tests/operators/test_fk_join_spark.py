@@ -188,18 +188,20 @@ class TestFkJoinThroughSpark:
         for frame in (by_column, by_function):
             assert "__hash" not in frame.columns
 
-    def test_crash_between_stages_and_after_a_commit(
+    def test_crash_before_the_record_and_after_a_commit(
         self, spark: Any, tmp_path: Path, fault_dir: Path
     ) -> None:
         """A task dies after committing its partition (retried), and the
-        driver fails between the two stages of batch 1; run again, the
-        query's output after each batch equals an undisturbed run's."""
+        driver fails after batch 1's output is written and before the batch
+        is recorded (both stages committed it, in the batch's one job); run
+        again, the query's output after each batch equals an undisturbed
+        run's."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="inner")
         changes, joins, _, _ = _changes(join, seed=11, batches=3)
         arm(str(fault_dir), "runner.task_after_commit")
         with (
-            inject("runner.driver_between_stages", nth=2),
-            pytest.raises(Exception, match="driver_between_stages"),
+            inject("runner.driver_after_sink", nth=2),
+            pytest.raises(Exception, match="driver_after_sink"),
         ):
             _run(spark, tmp_path, join, changes)
         assert not (fault_dir / "runner.task_after_commit").exists()

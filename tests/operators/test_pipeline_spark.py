@@ -90,18 +90,21 @@ class TestTwoStages:
         """A changelog join feeding a running aggregate, 3 partitions, 4
         batches of random changelogs, in one query: every batch's output
         equals the harness run of the same pipeline row for row, the batch
-        ran as one Spark job per stage, and the two stages run as two queries
-        (the second reading the first's output as a stream) give the same
-        output batch by batch."""
+        ran as one Spark job (the join, read by the revenue stage alone, runs
+        in its job), and the two stages run as two queries (the second
+        reading the first's output as a stream) give the same output batch
+        by batch."""
         work = changes(seed=5, batches=4)
         write_changes(tmp_path, work)
         sink, query = run(spark, tmp_path, query_name="revenue_pipeline")
         got = _per_batch(spark, sink)
         assert got == _harness(work)
         tracker = spark.sparkContext.statusTracker()
-        for stage in ("join", "revenue"):
-            jobs = tracker.getJobIdsForGroup(f"relstate:revenue_pipeline:{stage}")
-            assert len(jobs) == len(work), stage
+        jobs = {
+            stage: len(tracker.getJobIdsForGroup(f"relstate:revenue_pipeline:{stage}"))
+            for stage in ("join", "revenue")
+        }
+        assert jobs == {"join": 0, "revenue": len(work)}
         assert query.last_metrics["numOutputRows"] == sum(got[-1].values())
 
         # The same two stages as two queries, the second reading the first's output.
@@ -347,16 +350,23 @@ class TestCrashes:
         "point", ["runner.driver_between_stages@2", "runner.driver_after_sink@2"]
     )
     def test_driver_killed_then_resumed(self, spark: Any, tmp_path: Path, point: str) -> None:
-        """The driver SIGKILLed between the two stages of batch 1 (after the
-        join committed), or after batch 1's output and before its record; run
-        again, every batch's output equals the harness run: nothing lost or
-        doubled."""
+        """The driver SIGKILLed between the two stages' jobs of batch 1 (after
+        the join committed; the join's rows also go to a sink, so it runs as
+        a job of its own), or after batch 1's output and before its record;
+        run again, every batch's output equals the harness run: nothing lost
+        or doubled."""
         work = changes(seed=21, batches=3)
         write_changes(tmp_path, work)
         env = {**os.environ, "RELSTATE_FAULT": point, "PYTHONPATH": os.pathsep.join(sys.path)}
         env.pop("RELSTATE_FAULT_DIR", None)
+        between = "between_stages" in point
         done = subprocess.run(
-            [sys.executable, str(HERE / "_pipeline_job.py"), str(tmp_path)],
+            [
+                sys.executable,
+                str(HERE / "_pipeline_job.py"),
+                str(tmp_path),
+                *(["--joined-too"] if between else []),
+            ],
             env=env,
             capture_output=True,
             timeout=600,
@@ -364,11 +374,11 @@ class TestCrashes:
         assert done.returncode == -9, done.stderr.decode()[-2000:]
         location = str(tmp_path / "checkpoint" / "state")
         assert Journal(LocalFileSystem(), location).latest() == 0
-        if "between_stages" in point:
+        if between:
             # The join committed batch 1 in every partition, the aggregate in none.
             assert all(PartitionCheckpoint(location, "join", p).commits(1) for p in range(3))
             assert not any(PartitionCheckpoint(location, "revenue", p).commits(1) for p in range(3))
-        sink, _ = run(spark, tmp_path)
+        sink, _ = run(spark, tmp_path, joined_too=between)
         assert _per_batch(spark, sink) == _harness(work)
 
     def test_second_stage_task_killed_after_commit(

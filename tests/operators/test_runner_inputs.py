@@ -72,6 +72,20 @@ class SideCounts(Operator):
             ctx.emit(new, RowKind.UPDATE_AFTER)
 
 
+class Relay(Operator):
+    """Emits every row as it came; keeps nothing."""
+
+    name = "relay"
+    inputs = (LEFT,)
+    output = LEFT
+    tables = ()
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        ctx.emit(row, kind)
+
+
 @pytest.mark.spark
 class TestTwoInputs:
     def test_both_sides_of_a_key_meet_in_one_task(self, spark: Any, tmp_path: Path) -> None:
@@ -122,6 +136,66 @@ class TestTwoInputs:
             harness.commit()
             expected = set(harness.table("counts").scan())
         assert got == expected
+
+    def test_a_stage_run_in_its_readers_job_hands_on_its_metadata(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """A stage read by one side of a later stage alone runs in that
+        stage's Spark job; its tasks' metadata rows reach the driver through
+        the later stage's tasks even where that side drops rows with a null
+        key (metadata rows hold no key). The output equals the harness's on
+        the rows with a key, and the batch is recorded."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        lefts = [(k, f"n{k}") for k in range(8)] + [(None, "keyless"), (None, "again")]
+        rights = [(k % 3, k) for k in range(6)]
+        for side, (schema, rows) in enumerate(((LEFT, lefts), (RIGHT, rights))):
+            table = pa.Table.from_pylist(
+                [dict(zip(schema.names, r, strict=True)) for r in rows], schema
+            )
+            write_batches(tmp_path / f"side{side}", [table], prefix="part")
+        streams = [
+            spark.readStream.schema(from_arrow_schema(s)).parquet(str(tmp_path / f"side{i}"))
+            for i, s in enumerate((LEFT, RIGHT))
+        ]
+        pipeline = Pipeline()
+        relayed = pipeline.stage(Relay(), pipeline.source(streams[0], "left"), keys=[["name"]])
+        counts = pipeline.stage(
+            SideCounts(),
+            relayed,
+            pipeline.source(streams[1], "right"),
+            keys=[["id"], ["ref"]],
+            drop_null_keys=[True, False],
+        )
+        sink = ParquetSink(str(tmp_path / "out"))
+        query = pipeline.start(
+            counts,
+            sink,
+            str(tmp_path / "ck"),
+            3,
+            trigger={"availableNow": True},
+            query_name="relayed",
+        )
+        query.awaitTermination()
+        tracker = spark.sparkContext.statusTracker()
+        jobs = {
+            s: len(tracker.getJobIdsForGroup(f"relstate:relayed:{s}"))
+            for s in ("relay", "side_counts")
+        }
+        assert jobs == {"relay": 0, "side_counts": 1}
+        assert [h["batch_id"] for h in query.history] == [0]
+
+        net: Counter[tuple[int, int, int]] = Counter()
+        for r in sink.read(spark).collect():
+            row = (r["key"], r["left"], r["right"])
+            net[row] += 1 if RowKind(r["row_kind"]).is_accumulate else -1
+        got = {row for row, n in net.items() if n > 0}
+        with OperatorHarness(SideCounts()) as harness:
+            harness.process_rows([r for r in lefts if r[0] is not None], side=0)
+            harness.process_rows(rights, side=1)
+            harness.commit()
+            expected = set(harness.table("counts").scan())
+        assert got == expected and len(got) == 8
 
 
 class TestSecondAttempt:
