@@ -326,9 +326,10 @@ class _Driver:
     def _fused(self) -> dict[int, int]:
         """The stages whose rows, metadata rows included, go on into their
         one reader's job instead of a job of their own, each with that
-        reader: each read by one side of one later stage and handed to no
-        sink. Their rows are then neither cached nor collected between two
-        jobs."""
+        reader: each read by one side of the stage right after it, and
+        handed to no sink. Their rows are then neither cached nor collected
+        between two jobs. A job's stages are then the stages since the last
+        job, the order :meth:`_run_stages` runs them in."""
         outputs = {stream.index for stream, _ in self.outputs}
         sides = [
             (i.stream.index, reader)
@@ -341,7 +342,8 @@ class _Driver:
         for index, reader in sides:
             # One fused side per reader: its tasks must run in the first
             # partitions of the reader's input (see _side_rows).
-            if readers[index] == 1 and index not in outputs and reader not in fused.values():
+            alone = readers[index] == 1 and index not in outputs
+            if alone and reader == index + 1 and reader not in fused.values():
                 fused[index] = reader
         return fused
 
@@ -362,9 +364,10 @@ class _Driver:
         # No select(META) first: each frame is another analysis of the whole
         # plan, and these rows hold nulls in every other column.
         metas = [json.loads(r[META]) for r in result.collect()]
-        errors = sorted((m["partition"], m["stage"], m["error"]) for m in metas if "error" in m)
+        # An earlier stage's error first: its reader ran on part of its rows.
+        errors = sorted((m["stage"], m["partition"], m["error"]) for m in metas if "error" in m)
         if errors:
-            partition, stage, error = errors[0]
+            stage, partition, error = errors[0]
             raise InputError(
                 f"batch {batch_id}, stage {self.pipeline.stages[stage].name!r}, partition "
                 f"{partition}: {error}; nothing of this batch was recorded"

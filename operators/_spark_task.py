@@ -82,8 +82,9 @@ class StagePlan:
     #: Per side with an event-time watermark: its source's name and column.
     event_times: dict[int, tuple[str, str]]
     store: StoreConfig
-    #: The stage's place in the pipeline (0: the first).
-    index: int = 0
+    #: The stage's place in the pipeline (0: the first), which its tasks'
+    #: metadata rows name.
+    index: int
     #: The driver's log configuration, which the Python workers (processes
     #: of their own) take on.
     log: LogConfig | None = None
@@ -131,7 +132,10 @@ def run_task(
         partition = context.partitionId()
         if partition >= plan.partitions:
             # A stage run in a later stage's job takes the first partitions
-            # of that job's input; anything else would be another partition's state.
+            # of the union that job's input is (the runner puts its side
+            # first, _unioned); past them, this task would be no partition of
+            # the stage. A side put later would give tasks of other partitions'
+            # numbers, which no check here can tell.
             raise RunnerError(
                 f"stage {plan.operator.name!r}: task of partition {partition}, but the stage "
                 f"has {plan.partitions}; its input was not partitioned by the runner"

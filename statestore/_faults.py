@@ -49,7 +49,8 @@ ENV_VAR = "RELSTATE_FAULT"
 DIR_ENV_VAR = "RELSTATE_FAULT_DIR"
 
 #: The state store's fault points, in the order a commit, a load and a close
-#: reach them.
+#: reach them; except that a commit writes its changelog (the ``changelog.*``
+#: points) while its local write runs (``commit.after_local_write``).
 STORE_POINTS: tuple[str, ...] = (
     "spill.after_segment",
     "commit.start",

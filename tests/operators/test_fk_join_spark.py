@@ -193,9 +193,8 @@ class TestFkJoinThroughSpark:
     ) -> None:
         """A task dies after committing its partition (retried), and the
         driver fails after batch 1's output is written and before the batch
-        is recorded (both stages committed it, in the batch's one job); run
-        again, the query's output after each batch equals an undisturbed
-        run's."""
+        is recorded; run again, the query's output after each batch equals
+        an undisturbed run's."""
         join = FkJoin(LEFT, ["id"], RIGHT, "rid", "fk", how="inner")
         changes, joins, _, _ = _changes(join, seed=11, batches=3)
         arm(str(fault_dir), "runner.task_after_commit")

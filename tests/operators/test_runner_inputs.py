@@ -75,10 +75,10 @@ class SideCounts(Operator):
 class Relay(Operator):
     """Emits every row as it came; keeps nothing."""
 
-    name = "relay"
-    inputs = (LEFT,)
-    output = LEFT
-    tables = ()
+    def __init__(self, schema: pa.Schema = LEFT, name: str = "relay") -> None:
+        self.name = name
+        self.inputs = (schema,)
+        self.output = schema
 
     def process_row(
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
@@ -137,14 +137,31 @@ class TestTwoInputs:
             expected = set(harness.table("counts").scan())
         assert got == expected
 
+    @pytest.mark.parametrize(
+        ("shape", "jobs"),
+        [
+            # left → relay → side_counts ← right: the relay runs in the
+            # counts' job, its side dropping rows with a null key.
+            ("relayed", {"relay": 0, "side_counts": 1}),
+            # left → relay → relay2 → side_counts ← right: both relays run in
+            # the counts' job, the first one's metadata rows handed on twice.
+            ("chain", {"relay": 0, "relay2": 0, "side_counts": 1}),
+            # left → relay, right → relay_right, both → side_counts: the relay
+            # is not read by the stage right after it, so it runs a job of its
+            # own; relay_right runs in the counts' job.
+            ("apart", {"relay": 1, "relay_right": 0, "side_counts": 1}),
+        ],
+    )
     def test_a_stage_run_in_its_readers_job_hands_on_its_metadata(
-        self, spark: Any, tmp_path: Path
+        self, spark: Any, tmp_path: Path, shape: str, jobs: dict[str, int]
     ) -> None:
-        """A stage read by one side of a later stage alone runs in that
-        stage's Spark job; its tasks' metadata rows reach the driver through
-        the later stage's tasks even where that side drops rows with a null
-        key (metadata rows hold no key). The output equals the harness's on
-        the rows with a key, and the batch is recorded."""
+        """A stage read by one side of the stage right after it alone runs in
+        that stage's Spark job; its tasks' metadata rows reach the driver
+        through the later stage's tasks (through two, in a chain), even where
+        that side drops rows with a null key (metadata rows hold no key). A
+        stage read by a later one further on runs a job of its own. The
+        output equals the harness's on the rows with a key, and the batch is
+        recorded."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
         lefts = [(k, f"n{k}") for k in range(8)] + [(None, "keyless"), (None, "again")]
@@ -159,30 +176,24 @@ class TestTwoInputs:
             for i, s in enumerate((LEFT, RIGHT))
         ]
         pipeline = Pipeline()
-        relayed = pipeline.stage(Relay(), pipeline.source(streams[0], "left"), keys=[["name"]])
+        left = pipeline.source(streams[0], "left")
+        right = pipeline.source(streams[1], "right")
+        relayed = pipeline.stage(Relay(), left, keys=[["name"]])
+        if shape == "chain":
+            relayed = pipeline.stage(Relay(name="relay2"), relayed, keys=[["name"]])
+        if shape == "apart":
+            right = pipeline.stage(Relay(RIGHT, "relay_right"), right, keys=[["ref"]])
         counts = pipeline.stage(
-            SideCounts(),
-            relayed,
-            pipeline.source(streams[1], "right"),
-            keys=[["id"], ["ref"]],
-            drop_null_keys=[True, False],
+            SideCounts(), relayed, right, keys=[["id"], ["ref"]], drop_null_keys=[True, False]
         )
         sink = ParquetSink(str(tmp_path / "out"))
         query = pipeline.start(
-            counts,
-            sink,
-            str(tmp_path / "ck"),
-            3,
-            trigger={"availableNow": True},
-            query_name="relayed",
+            counts, sink, str(tmp_path / "ck"), 3, trigger={"availableNow": True}, query_name=shape
         )
         query.awaitTermination()
         tracker = spark.sparkContext.statusTracker()
-        jobs = {
-            s: len(tracker.getJobIdsForGroup(f"relstate:relayed:{s}"))
-            for s in ("relay", "side_counts")
-        }
-        assert jobs == {"relay": 0, "side_counts": 1}
+        ran = {s: len(tracker.getJobIdsForGroup(f"relstate:{shape}:{s}")) for s in jobs}
+        assert ran == jobs
         assert [h["batch_id"] for h in query.history] == [0]
 
         net: Counter[tuple[int, int, int]] = Counter()
@@ -204,7 +215,7 @@ class TestSecondAttempt:
         attempt on the same host opens a cache of its own; both commit, and
         loading by the recorded winner gives the winner's state."""
         config = StoreConfig(local_dir=str(tmp_path / "local"), partition_count=1)
-        plan = StagePlan(SideCounts(), str(tmp_path / "state"), 1, [], {}, config)
+        plan = StagePlan(SideCounts(), str(tmp_path / "state"), 1, [], {}, config, index=0)
         first = open_store(plan, 0, attempt=0)
         second = open_store(plan, 0, attempt=1)
         try:
