@@ -7,8 +7,9 @@ output of this batch) is repartitioned by the stage's key, ordered, and run in
 ``mapInArrow`` (:mod:`operators._spark_task`): each task loads its partition's
 previous winning commit, processes, commits this batch under a fresh commit
 id, and returns its output plus one metadata row. One Spark job per stage,
-except that a stage whose rows only one later stage reads runs in that
-stage's job, its metadata rows handed on with its rows.
+except that a stage whose rows only one side of the stage right after it
+reads (and no sink) runs in that stage's job, its metadata rows handed on
+with its rows.
 The driver hands each output stage's rows to its sink, and only then records
 the batch in the journal (:mod:`operators._journal`): every stage's winners,
 the watermarks and the metrics, in one record. A batch that runs again (a
