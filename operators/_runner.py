@@ -267,19 +267,21 @@ class _Driver:
                 jobs[source].add(self._job_of(index))
         if any(len(j) > 1 for j in jobs.values()):
             # A source is read by several jobs: read the batch once. Sides in
-            # one job read it as Spark's own plans read a source they name
-            # twice: twice, which costs a job less than caching it (measured,
-            # the FK join's two stages in one job: 0.59 against 0.65 and 0.83
-            # against 1.00 s a batch, medians of 15 batches, alternating).
+            # one job read it twice, as Spark's own plans read a source they
+            # name twice, which costs that job less than caching it does
+            # (measured, the FK join's two stages in one job: 0.59 against
+            # 0.65 and 0.83 against 1.00 s a batch, medians of 15 batches,
+            # alternating).
             staged.batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
             staged.cached.append(staged.batch)
         context = batch.sparkSession.sparkContext
         plan_stage = partial(self._plan_stage, staged)
         try:
             # Each later stage is planned (its input frame, its Python
-            # function, its cache) in a thread while the stage before it runs:
+            # function, its cache) in a thread while the job before it runs:
             # planning is driver work that does not need the earlier stage's
-            # rows, only its frame.
+            # rows, only its frame. A stage that runs in the next stage's job
+            # is planned before that job, with nothing running.
             with ThreadPoolExecutor(1, thread_name_prefix="relstate-plan") as planner:
                 planned = plan_stage(0)
                 in_job: list[int] = []
