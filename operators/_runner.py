@@ -341,14 +341,14 @@ class _Driver:
             if i.stream.is_stage
         ]
         readers = Counter(index for index, _ in sides)
-        fused: dict[int, int] = {}
-        for index, reader in sides:
-            # One fused side per reader: its tasks must run in the first
-            # partitions of the reader's input (see _side_rows).
-            alone = readers[index] == 1 and index not in outputs
-            if alone and reader == index + 1 and reader not in fused.values():
-                fused[index] = reader
-        return fused
+        # Only the stage before it can run in a reader's job, so a reader runs
+        # at most one fused side, whose tasks take the first partitions of its
+        # input (see _side_rows).
+        return {
+            index: reader
+            for index, reader in sides
+            if readers[index] == 1 and index not in outputs and reader == index + 1
+        }
 
     def _job_of(self, index: int) -> int:
         """The stage whose job runs stage ``index``: the last of its chain
