@@ -41,6 +41,25 @@ LEFT = pa.schema([("id", pa.int64()), ("name", pa.string())])
 RIGHT = pa.schema([("ref", pa.int64()), ("amount", pa.int64())])
 
 
+def _side_streams(
+    spark: Any, root: Path, sides: list[tuple[pa.Schema, list[tuple[Any, ...]]]]
+) -> list[Any]:
+    """Each side's rows written as one Parquet file under ``root``, and read
+    back as a stream: one micro-batch of every side."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    streams = []
+    for side, (schema, rows) in enumerate(sides):
+        table = pa.Table.from_pylist(
+            [dict(zip(schema.names, r, strict=True)) for r in rows], schema
+        )
+        write_batches(root / f"side{side}", [table], prefix="part")
+        streams.append(
+            spark.readStream.schema(from_arrow_schema(schema)).parquet(str(root / f"side{side}"))
+        )
+    return streams
+
+
 class SideCounts(Operator):
     """Per key: how many rows each side has sent; an upsert changelog."""
 
@@ -162,19 +181,9 @@ class TestTwoInputs:
         stage read by a later one further on runs a job of its own. The
         output equals the harness's on the rows with a key, and the batch is
         recorded."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         lefts = [(k, f"n{k}") for k in range(8)] + [(None, "keyless"), (None, "again")]
         rights = [(k % 3, k) for k in range(6)]
-        for side, (schema, rows) in enumerate(((LEFT, lefts), (RIGHT, rights))):
-            table = pa.Table.from_pylist(
-                [dict(zip(schema.names, r, strict=True)) for r in rows], schema
-            )
-            write_batches(tmp_path / f"side{side}", [table], prefix="part")
-        streams = [
-            spark.readStream.schema(from_arrow_schema(s)).parquet(str(tmp_path / f"side{i}"))
-            for i, s in enumerate((LEFT, RIGHT))
-        ]
+        streams = _side_streams(spark, tmp_path, [(LEFT, lefts), (RIGHT, rights)])
         pipeline = Pipeline()
         left = pipeline.source(streams[0], "left")
         right = pipeline.source(streams[1], "right")
@@ -253,21 +262,11 @@ class TestOddColumnNames:
         """Column names with backticks, spaces, dots and non-ASCII letters
         serve as keys and sequence column through the runner (two sources,
         null keys dropped): the join's output equals the harness's."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         from operators.join import StreamingJoin
 
         lefts = [(k, f"n{k}", 10 - k) for k in range(6)] + [(None, "null", 0)]
         rights = [(k % 3, k) for k in range(6)] + [(None, 99)]
-        for side, (schema, rows) in enumerate(((ODD_LEFT, lefts), (ODD_RIGHT, rights))):
-            table = pa.Table.from_pylist(
-                [dict(zip(schema.names, r, strict=True)) for r in rows], schema
-            )
-            write_batches(tmp_path / f"side{side}", [table], prefix="part")
-        streams = [
-            spark.readStream.schema(from_arrow_schema(s)).parquet(str(tmp_path / f"side{i}"))
-            for i, s in enumerate((ODD_LEFT, ODD_RIGHT))
-        ]
+        streams = _side_streams(spark, tmp_path, [(ODD_LEFT, lefts), (ODD_RIGHT, rights)])
 
         def join() -> StreamingJoin:
             return StreamingJoin("inner", ODD_LEFT, ODD_RIGHT, ["k`e y"], ["ключ"])
