@@ -16,7 +16,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -92,7 +92,9 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class TaskBatch:
-    """What one run of a batch tells a stage's tasks."""
+    """What one run of a batch tells a stage's tasks. It comes with the
+    batch's Spark job, as a local property (:meth:`key`), so that a
+    stage's task function is the same in every batch (:func:`run_task`)."""
 
     batch_id: int
     #: The previous recorded batch and this stage's winners in it.
@@ -101,6 +103,24 @@ class TaskBatch:
     watermark: int | None
     previous_watermark: int | None
     processing_time: int
+    #: Where this run's tasks write their output, when they write it into
+    #: the stage's sink (:meth:`StagedSink.stage`).
+    staging: str | None = None
+
+    @staticmethod
+    def key(stage: int) -> str:
+        """The Spark local property that holds stage ``stage``'s batch."""
+        return f"relstate.batch.{stage}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskBatch:
+        fields = json.loads(text)
+        # JSON keys are strings; partitions are numbers.
+        fields["previous_winners"] = {int(p): c for p, c in fields["previous_winners"].items()}
+        return cls(**fields)
 
 
 #: Where a task writes its output: a staged sink, the batch run's staging
@@ -117,11 +137,14 @@ def task_schema(operator: Operator) -> pa.Schema:
 
 
 def run_task(
-    plan: StagePlan, batch: TaskBatch, output: StagedOutput | None = None
+    plan: StagePlan, output: tuple[StagedSink, pa.Schema] | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The task of one stage in one batch. With ``output``, it writes its
-    output rows into the sink's staging area and returns only its metadata
-    row (which names its part); without, it returns its output rows too."""
+    """The task of one stage, the same function in every batch: it runs the
+    batch its job's local property :meth:`TaskBatch.key` names. With
+    ``output`` (a sink and the Arrow schema of its rows), it writes its
+    output rows into the batch's staging area in the sink and returns only
+    its metadata row (which names its part); without, it returns its output
+    rows too."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -140,10 +163,21 @@ def run_task(
                 f"stage {plan.operator.name!r}: task of partition {partition}, but the stage "
                 f"has {plan.partitions}; its input was not partitioned by the runner"
             )
+        given = context.getLocalProperty(TaskBatch.key(plan.index))
+        if given is None:
+            raise RunnerError(
+                f"stage {plan.operator.name!r}: its job names no batch "
+                f"({TaskBatch.key(plan.index)}); it was not run by the runner"
+            )
+        batch = TaskBatch.from_json(given)
+        staged = None
+        if output is not None:
+            assert batch.staging is not None
+            staged = (output[0], batch.staging, output[1])
         schema = task_schema(plan.operator)
         store = open_store(plan, partition, context.attemptNumber())
         try:
-            yield from _run(plan, batch, output, store, partition, schema, batches)
+            yield from _run(plan, batch, staged, store, partition, schema, batches)
         finally:
             store.close()
 

@@ -153,6 +153,31 @@ class TestRunner:
         sink = _run(spark, tmp_path, small)
         assert _per_batch(spark, sink) == reference(small)
 
+    def test_a_stage_task_is_made_once_and_each_batch_reaches_it(
+        self,
+        spark: Any,
+        tmp_path: Path,
+        small: list[pa.Table],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The stage's Python task (its UDF) is made in the first batch only,
+        not again for each batch, and each batch's tasks still run that batch
+        (its id, its previous winners, its staging directory come with the
+        job): the output of every batch is the reference's."""
+        import pyspark.sql.pandas.functions as functions
+
+        made: list[object] = []
+        real = functions.pandas_udf
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            made.append(args[0])
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(functions, "pandas_udf", counted)
+        sink = _run(spark, tmp_path, small)
+        assert len(made) == 1
+        assert _per_batch(spark, sink) == reference(small)
+
     def test_tasks_run_without_adaptive_execution_and_the_setting_returns(self, spark: Any) -> None:
         """The runner's task job runs with adaptive execution off, and the
         session's setting is as it was afterwards, also after a failed job."""

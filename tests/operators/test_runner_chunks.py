@@ -1,5 +1,6 @@
 """How a runner task hands its input to the operator: runs of one side, in
-order, joined into large batches (no Spark needed)."""
+order, joined into large batches; and how the batch it runs reaches it (no
+Spark needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from operators import _spark_task
-from operators._spark_task import side_batches
+from operators._spark_task import TaskBatch, side_batches
 
 COLUMNS = [["k"], ["k"]]
 
@@ -81,3 +82,23 @@ class TestSideBatches:
     def test_no_input_gives_nothing(self) -> None:
         """A task without input rows hands the operator no batch."""
         assert list(side_batches(iter([]), COLUMNS)) == []
+
+
+class TestTaskBatch:
+    def test_the_batch_a_job_carries_reads_back_the_same(self) -> None:
+        """What the driver puts in a job's local property is what the tasks
+        read back: every field, the previous winners keyed by partition
+        number (JSON keys are strings), and no staging area as ``None``."""
+        batch = TaskBatch(
+            batch_id=7,
+            previous_batch=6,
+            previous_winners={0: "a1", 11: "b2"},
+            watermark=1_700_000_000_000,
+            previous_watermark=None,
+            processing_time=1_700_000_000_123,
+            staging="file:///out/_staging/7-x",
+        )
+        assert TaskBatch.from_json(batch.to_json()) == batch
+        first = TaskBatch(0, None, {}, None, None, 5)
+        assert TaskBatch.from_json(first.to_json()) == first
+        assert TaskBatch.key(2) == "relstate.batch.2" != TaskBatch.key(0)
