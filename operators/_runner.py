@@ -177,6 +177,8 @@ class _Driver:
         self.fused = self._fused()
         #: Each planned stage's task, as the column ``mapInArrow`` applies.
         self.tasks: dict[int, Column] = {}
+        #: How each planned stage's input frame is made from its sides' frames.
+        self.inputs: dict[int, _StageInput] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -447,8 +449,9 @@ class _Driver:
         comes with the job). PySpark's ``DataFrame.mapInArrow`` makes the UDF
         again for every call (the function pickled, its environment
         converted) and resolves each column of the frame, a round trip to
-        the JVM each: 54 round trips and 16 ms per stage of the FK join,
-        measured, of 130 ms of planning a batch that runs before its job."""
+        the JVM each: 54 round trips and 16 ms a stage of the FK join, of
+        134 ms of planning a batch, all before the batch's one job
+        (measured, medians of 10 batches)."""
         task = self.tasks.get(index)
         if task is None:
             from pyspark.rdd import PythonEvalType
@@ -469,10 +472,21 @@ class _Driver:
     def _stage_input(
         self, index: int, batch: DataFrame, results: dict[int, DataFrame]
     ) -> DataFrame:
-        """The rows of every input of stage ``index``, under the stage's side
-        names, repartitioned by the key and ordered; with ``__side`` when the
-        stage has several inputs, and ``row_kind`` when one of them is a
-        changelog (a task takes a row without it as an insert).
+        """The rows of every input of stage ``index`` in this batch, as its
+        tasks take them (:meth:`_input_shape`)."""
+        shape = self.inputs.get(index)
+        if shape is None:
+            shape = self.inputs[index] = self._input_shape(index)
+        inputs = self.pipeline.stages[index].inputs
+        frames = [results[i.stream.index] if i.stream.is_stage else batch for i in inputs]
+        return shape.frame(frames)
+
+    def _input_shape(self, index: int) -> _StageInput:
+        """How stage ``index``'s input frame is made from its sides' frames:
+        the rows of every input, under the stage's side names, repartitioned
+        by the key and ordered; with ``__side`` when the stage has several
+        inputs, and ``row_kind`` when one of them is a changelog (a task
+        takes a row without it as an insert).
 
         The frame carries nothing else into the stage's Python tasks: every
         column of it is converted to Arrow and handed over, row by row in the
@@ -522,7 +536,6 @@ class _Driver:
             selected = [f"{_quoted(named(n))} AS {tagged(side, i)}" for i, n in enumerate(columns)]
             sides.append(
                 _SideRows(
-                    results[stream.index] if stream.is_stage else batch,
                     None if stream.is_stage else stream.index,
                     conditions,
                     [*selected, META] if fused else selected,
@@ -530,25 +543,16 @@ class _Driver:
                     fused,
                 )
             )
-        frame = _side_rows(sides, kinds, ordered, len(self.pipeline.sources))
+        parts = _side_rows(sides, kinds, ordered, len(self.pipeline.sources))
         # Keyless (no key columns): one partition, every row in it, as
         # Spark's global aggregate gathers its input into one task.
-        if several:
-            from pyspark.sql import functions as F
-
-            by = [F.expr(f"coalesce({', '.join(k)})") for k in zip(*keys, strict=True)]
-            frame = frame.repartition(plan.partitions, *by)
-        else:
-            frame = frame.repartition(plan.partitions, *keys[0])
-        if not ordered:
-            return frame
-        in_sequence = _in_sequence(kinds)
-        frame = (
-            frame.sortWithinPartitions(SIDE, *in_sequence)
-            if stage.sides_in_turn and several
-            else frame.sortWithinPartitions(*in_sequence)
-        )
-        return frame.drop(SEQ)
+        coalesced = [f"coalesce({', '.join(k)})" for k in zip(*keys, strict=True)]
+        by = coalesced if several else keys[0]
+        ordering = None
+        if ordered:
+            ordering = [SIDE] if stage.sides_in_turn and several else []
+            ordering.extend(_in_sequence(kinds))
+        return _StageInput(parts, by, ordering, plan.partitions)
 
     def _staged_output(self, operator: Operator, sink: StagedSink, batch_id: int) -> StagedOutput:
         """Where this run of an output stage's tasks write their rows."""
@@ -608,29 +612,26 @@ def stage_progress(progress: Any) -> list[dict[str, Any]]:
     return driver.stage_progress(int(progress.batchId))
 
 
-def _in_sequence(kinds: bool) -> list[Column]:
+def _in_sequence(kinds: bool) -> list[str]:
     """How a partition's rows are ordered: by sequence, and at one sequence
     number retractions (``-U``, ``-D``) before accumulations (``+I``, ``+U``),
     so that an update's ``-U``/``+U`` pair sharing its number applies in order.
     Spark's sort is not stable: without the second key such ties would come in
     any order, and differently when a task runs again. Without row kinds
     (``kinds`` false) every row is an insert."""
-    from pyspark.sql import functions as F
-
     if not kinds:
-        return [F.col(SEQ)]
+        return [SEQ]
     retractions = ", ".join(f"'{k.value}'" for k in (RowKind.UPDATE_BEFORE, RowKind.DELETE))
-    return [F.col(SEQ), F.expr(f"CASE WHEN {ROW_KIND} IN ({retractions}) THEN 0 ELSE 1 END")]
+    return [SEQ, f"CASE WHEN {ROW_KIND} IN ({retractions}) THEN 0 ELSE 1 END"]
 
 
 @dataclass(frozen=True)
 class _SideRows:
-    """One side of a stage's input, before it is partitioned: where its rows
-    are (the batch, or an earlier stage's cached rows), which source they are
-    (``None``: a stage's), which of its rows it takes besides (``conditions``),
-    its columns under the side's tagged names, and its sequence expression."""
+    """One side of a stage's input, before it is partitioned: which source
+    its rows are (``None``: an earlier stage's), which of its rows it takes
+    besides (``conditions``), its columns under the side's tagged names, and
+    its sequence expression."""
 
-    rows: DataFrame
     source: int | None
     conditions: list[str]
     columns: list[str]
@@ -639,7 +640,18 @@ class _SideRows:
     fused: bool = False
 
 
-def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
+@dataclass(frozen=True)
+class _Part:
+    """One selection of a stage's input rows: from the frame of side
+    ``side``, the rows that meet ``condition`` (``None``: all), as
+    ``columns`` (SQL expressions); a stage's input is its parts' union."""
+
+    side: int
+    condition: str | None
+    columns: list[str]
+
+
+def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> list[_Part]:
     """The rows of every side of a stage (the batch has ``sources``
     sources), each under its tagged columns, with ``row_kind`` (when
     ``kinds``), ``__side`` (with several sides) and the sequence (when
@@ -660,7 +672,7 @@ def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int)
     partition numbers."""
     by_source = [s.source for s in sides]
     if len(sides) > 1 and None not in by_source and len(set(by_source)) == len(sides):
-        return _projected(sides, kinds, ordered, sources)
+        return [_projected(sides, kinds, ordered, sources)]
     return _unioned(sides, kinds, ordered, sources)
 
 
@@ -671,7 +683,7 @@ def _taken(side: _SideRows, sources: int) -> list[str]:
     return mine + side.conditions
 
 
-def _projected(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
+def _projected(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> _Part:
     """Sides that are each another source, as one projection of the batch."""
     if sources == len(sides) and not any(s.conditions for s in sides):
         condition = None  # every row of the batch is one side's
@@ -679,32 +691,104 @@ def _projected(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int)
         condition = " OR ".join("(" + " AND ".join(_taken(s, sources)) + ")" for s in sides)
     side = " ".join(f"WHEN {s.source} THEN {i}" for i, s in enumerate(sides))
     sequence = " ".join(f"WHEN {s.source} THEN {s.sequence}" for s in sides)
-    rows = sides[0].rows if condition is None else sides[0].rows.where(condition)
-    return rows.selectExpr(
-        *[c for s in sides for c in s.columns],
-        *([ROW_KIND] if kinds else []),
-        f"CASE {_SOURCE} {side} END AS {SIDE}",
-        *([f"CAST(CASE {_SOURCE} {sequence} END AS BIGINT) AS {SEQ}"] if ordered else []),
+    return _Part(
+        0,
+        condition,
+        [
+            *[c for s in sides for c in s.columns],
+            *([ROW_KIND] if kinds else []),
+            f"CASE {_SOURCE} {side} END AS {SIDE}",
+            *([f"CAST(CASE {_SOURCE} {sequence} END AS BIGINT) AS {SEQ}"] if ordered else []),
+        ],
     )
 
 
-def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> DataFrame:
-    """Any sides, each selected from its frame, then unioned."""
+def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> list[_Part]:
+    """Any sides, each selected from its frame, to be unioned by name."""
     several = len(sides) > 1
-    parts = []
-    for index in sorted(range(len(sides)), key=lambda i: not sides[i].fused):
-        s = sides[index]
-        condition = " AND ".join(_taken(s, sources))
-        rows = s.rows.where(condition) if condition else s.rows
-        parts.append(
-            rows.selectExpr(
+    return [
+        _Part(
+            index,
+            " AND ".join(_taken(s, sources)) or None,
+            [
                 *s.columns,
                 *([ROW_KIND] if kinds else []),
                 *([f"{index} AS {SIDE}"] if several else []),
                 *([f"CAST({s.sequence} AS BIGINT) AS {SEQ}"] if ordered else []),
-            )
+            ],
         )
-    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+        for index, s in sorted(enumerate(sides), key=lambda p: not p[1].fused)
+    ]
+
+
+class _StageInput:
+    """How a stage's input frame is made from its sides' frames, the same in
+    every batch: its parts (:func:`_side_rows`) unioned by name, repartitioned
+    into ``partitions`` by ``by`` and, with ``order``, ordered within each
+    partition by it, without the sequence column (SQL expressions all).
+
+    The frame is built with the JVM's ``Dataset`` calls, from lists of
+    expressions made in the query's first batch: PySpark's ``selectExpr``,
+    ``repartition`` and ``sortWithinPartitions`` convert their lists into
+    the JVM again at every call, a round trip per element. The FK join's
+    two stages took 127 round trips and 76 ms of planning a batch that way,
+    and take 14 and 64 ms this way (measured, medians of 10 batches): what
+    is left is Spark analysing the plan at each call."""
+
+    def __init__(
+        self, parts: list[_Part], by: list[str], order: list[str] | None, partitions: int
+    ) -> None:
+        self.parts = parts
+        self.by = by
+        self.order = order
+        self.partitions = partitions
+        #: The JVM's lists of the expressions above, made in the first batch.
+        self._java: tuple[list[Any], Any, Any] | None = None
+
+    def rows(self, frames: list[DataFrame]) -> DataFrame:
+        """The parts of ``frames`` (each side's frame), unioned, before
+        they are partitioned."""
+        from pyspark.sql import DataFrame
+
+        session = frames[0].sparkSession
+        return DataFrame(self._union(frames, self._lists(session)[0]), session)
+
+    def frame(self, frames: list[DataFrame]) -> DataFrame:
+        """The stage's input frame in a batch whose sides' frames are ``frames``."""
+        from pyspark.sql import DataFrame
+
+        session = frames[0].sparkSession
+        columns, by, order = self._lists(session)
+        rows = self._union(frames, columns)
+        rows = (
+            rows.repartition(self.partitions, by) if self.by else rows.repartition(self.partitions)
+        )
+        if order is not None:
+            rows = rows.sortWithinPartitions(order).drop(SEQ)
+        return DataFrame(rows, session)
+
+    def _union(self, frames: list[DataFrame], columns: list[Any]) -> Any:
+        """The JVM's ``Dataset`` of the parts of ``frames``, unioned by name."""
+        selected = []
+        for part, selection in zip(self.parts, columns, strict=True):
+            rows = frames[part.side]._jdf
+            if part.condition is not None:
+                rows = rows.where(part.condition)
+            selected.append(rows.selectExpr(selection))
+        return reduce(lambda a, b: a.unionByName(b, True), selected)
+
+    def _lists(self, session: SparkSession) -> tuple[list[Any], Any, Any]:
+        """Each part's columns, ``by`` and ``order`` as the JVM's lists."""
+        if self._java is None:
+            from pyspark.sql import functions as F
+
+            to_seq = session.sparkContext._jvm.PythonUtils.toSeq  # type: ignore[union-attr]
+            self._java = (
+                [to_seq(p.columns) for p in self.parts],
+                to_seq([F.expr(e)._jc for e in self.by]),
+                None if self.order is None else to_seq([F.expr(e)._jc for e in self.order]),
+            )
+        return self._java
 
 
 def _sink_schema(operator: Operator) -> pa.Schema:
