@@ -44,7 +44,6 @@ from operators._spark_task import (
     ORDER,
     SEQ,
     SIDE,
-    StagedOutput,
     StagePlan,
     TaskBatch,
     run_task,
@@ -143,8 +142,9 @@ class _BatchStages:
     results: dict[int, DataFrame] = field(default_factory=dict)
     #: The frames cached for this batch, in the order they were cached.
     cached: list[DataFrame] = field(default_factory=list)
-    #: What each planned stage's tasks run, by stage index.
-    tasks: dict[int, TaskBatch] = field(default_factory=dict)
+    #: What each planned stage's tasks run, by stage index: the job that
+    #: runs them carries it (a Spark local property).
+    batches: dict[int, TaskBatch] = field(default_factory=dict)
 
 
 class _Driver:
@@ -175,8 +175,8 @@ class _Driver:
         self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
         #: Each stage that runs in a later stage's job, with that stage.
         self.fused = self._fused()
-        #: Each planned stage's task, as the column ``mapInArrow`` applies.
-        self.tasks: dict[int, Column] = {}
+        #: Each planned stage's task, as the UDF column ``mapInArrow`` applies.
+        self.udfs: dict[int, Column] = {}
         #: How each planned stage's input frame is made from its sides' frames.
         self.inputs: dict[int, _StageInput] = {}
 
@@ -283,8 +283,8 @@ class _Driver:
         context = batch.sparkSession.sparkContext
         plan_stage = partial(self._plan_stage, staged)
         try:
-            # Each later stage is planned (its input frame, its Python
-            # function, its cache) in a thread while the job before it runs:
+            # Each later stage is planned (its input frame, the batch its
+            # tasks run, its cache) in a thread while the job before it runs:
             # planning is driver work that does not need the earlier stage's
             # rows, only its frame. A stage that runs in the next stage's job
             # is planned before that job, with nothing running.
@@ -307,10 +307,10 @@ class _Driver:
                             f"{self.query_name}: batch {batch_id}, stage {index} ({names})",
                         )
                         for i in in_job:
-                            context.setLocalProperty(TaskBatch.key(i), staged.tasks[i].to_json())
+                            context.setLocalProperty(TaskBatch.key(i), staged.batches[i].to_json())
                         metas.update(self._committed(committing, batch_id, in_job))
                         if output is not None:
-                            sink, staging, _ = output
+                            sink, staging = output
                             parts = [m["part"] for m in metas[stage.name]]
                             sink.publish(staging, parts, batch_id)
                         in_job = []
@@ -398,11 +398,13 @@ class _Driver:
 
     def _plan_stage(
         self, staged: _BatchStages, index: int
-    ) -> tuple[DataFrame, StagedOutput | None]:
+    ) -> tuple[DataFrame, tuple[StagedSink, str] | None]:
         """Stage ``index`` of the batch, planned but not run: the frame whose
         rows are its tasks' metadata rows (collecting it runs the stage), and
-        where its tasks write their output (``None``: into its rows, cached
-        in ``staged.results`` for later stages and sinks)."""
+        the sink and staging area its tasks write their output into
+        (``None``: into its rows, cached in ``staged.results`` for later
+        stages and sinks). What its tasks run goes into ``staged.batches``,
+        for the job that runs them to carry."""
         from pyspark import StorageLevel
         from pyspark.sql import DataFrame
 
@@ -414,8 +416,8 @@ class _Driver:
             else previous.stage_watermarks.get(stage.name, previous.watermark)
         )
         sink = staged.direct.get(index)
-        output = None if sink is None else self._staged_output(stage.operator, sink, batch_id)
-        staged.tasks[index] = TaskBatch(
+        output = None if sink is None else (sink, sink.stage(batch_id))
+        staged.batches[index] = TaskBatch(
             batch_id=batch_id,
             previous_batch=None if previous is None else previous.batch_id,
             previous_winners={} if previous is None else previous.winners_of(stage.name),
@@ -449,10 +451,15 @@ class _Driver:
         comes with the job). PySpark's ``DataFrame.mapInArrow`` makes the UDF
         again for every call (the function pickled, its environment
         converted) and resolves each column of the frame, a round trip to
-        the JVM each: 54 round trips and 16 ms a stage of the FK join, of
-        134 ms of planning a batch, all before the batch's one job
-        (measured, medians of 10 batches)."""
-        task = self.tasks.get(index)
+        the JVM each: about 54 round trips a stage. Planning the FK join's
+        two stages, all before the batch's one job, took 233 round trips and
+        134 ms a batch so, and 127 and 76 ms with the UDF made once
+        (separate runs, medians of 10 batches, load about 3).
+
+        What PySpark reads when it makes a UDF (the Python includes added
+        with ``addPyFile``, the profiler settings) is therefore read in the
+        query's first batch and kept until the query restarts."""
+        task = self.udfs.get(index)
         if task is None:
             from pyspark.rdd import PythonEvalType
             from pyspark.sql import functions as F
@@ -466,7 +473,7 @@ class _Driver:
                 returnType=from_arrow_schema(task_schema(stage.operator)),
                 functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
             )
-            task = self.tasks[index] = udf(*[F.col(_quoted(c)) for c in frame.columns])
+            task = self.udfs[index] = udf(*[F.col(_quoted(c)) for c in frame.columns])
         return task
 
     def _stage_input(
@@ -546,17 +553,12 @@ class _Driver:
         parts = _side_rows(sides, kinds, ordered, len(self.pipeline.sources))
         # Keyless (no key columns): one partition, every row in it, as
         # Spark's global aggregate gathers its input into one task.
-        coalesced = [f"coalesce({', '.join(k)})" for k in zip(*keys, strict=True)]
-        by = coalesced if several else keys[0]
+        by = [f"coalesce({', '.join(k)})" for k in zip(*keys, strict=True)] if several else keys[0]
         ordering = None
         if ordered:
             ordering = [SIDE] if stage.sides_in_turn and several else []
             ordering.extend(_in_sequence(kinds))
         return _StageInput(parts, by, ordering, plan.partitions)
-
-    def _staged_output(self, operator: Operator, sink: StagedSink, batch_id: int) -> StagedOutput:
-        """Where this run of an output stage's tasks write their rows."""
-        return sink, sink.stage(batch_id), _sink_schema(operator)
 
     def _record(
         self,
@@ -732,8 +734,8 @@ class _StageInput:
     ``repartition`` and ``sortWithinPartitions`` convert their lists into
     the JVM again at every call, a round trip per element. The FK join's
     two stages took 127 round trips and 76 ms of planning a batch that way,
-    and take 14 and 64 ms this way (measured, medians of 10 batches): what
-    is left is Spark analysing the plan at each call."""
+    and take 14 and 64 ms this way (separate runs, medians of 10 batches,
+    load about 3): what is left is Spark analysing the plan at each call."""
 
     def __init__(
         self, parts: list[_Part], by: list[str], order: list[str] | None, partitions: int
@@ -746,36 +748,32 @@ class _StageInput:
         self._java: tuple[list[Any], Any, Any] | None = None
 
     def rows(self, frames: list[DataFrame]) -> DataFrame:
-        """The parts of ``frames`` (each side's frame), unioned, before
-        they are partitioned."""
+        """The parts of ``frames`` (each side's frame), unioned by name,
+        before they are partitioned."""
         from pyspark.sql import DataFrame
 
         session = frames[0].sparkSession
-        return DataFrame(self._union(frames, self._lists(session)[0]), session)
+        selected = []
+        for part, columns in zip(self.parts, self._lists(session)[0], strict=True):
+            rows = frames[part.side]._jdf
+            if part.condition is not None:
+                rows = rows.where(part.condition)
+            selected.append(rows.selectExpr(columns))
+        return DataFrame(reduce(lambda a, b: a.unionByName(b, True), selected), session)
 
     def frame(self, frames: list[DataFrame]) -> DataFrame:
         """The stage's input frame in a batch whose sides' frames are ``frames``."""
         from pyspark.sql import DataFrame
 
         session = frames[0].sparkSession
-        columns, by, order = self._lists(session)
-        rows = self._union(frames, columns)
+        _, by, order = self._lists(session)
+        rows = self.rows(frames)._jdf
         rows = (
             rows.repartition(self.partitions, by) if self.by else rows.repartition(self.partitions)
         )
         if order is not None:
             rows = rows.sortWithinPartitions(order).drop(SEQ)
         return DataFrame(rows, session)
-
-    def _union(self, frames: list[DataFrame], columns: list[Any]) -> Any:
-        """The JVM's ``Dataset`` of the parts of ``frames``, unioned by name."""
-        selected = []
-        for part, selection in zip(self.parts, columns, strict=True):
-            rows = frames[part.side]._jdf
-            if part.condition is not None:
-                rows = rows.where(part.condition)
-            selected.append(rows.selectExpr(selection))
-        return reduce(lambda a, b: a.unionByName(b, True), selected)
 
     def _lists(self, session: SparkSession) -> tuple[list[Any], Any, Any]:
         """Each part's columns, ``by`` and ``order`` as the JVM's lists."""

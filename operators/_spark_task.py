@@ -37,7 +37,6 @@ __all__ = [
     "SEQ",
     "SIDE",
     "StagePlan",
-    "StagedOutput",
     "TaskBatch",
     "open_store",
     "run_task",
@@ -64,9 +63,10 @@ CHUNK_BYTES = 64 << 20
 
 def tagged(side: int, position: int) -> str:
     """A side's column (at ``position`` among its columns) as the stage's
-    input frame holds it: named by position, as PySpark's ``mapInArrow``
-    reads each column of its frame by name and cannot take a name with a
-    dot or a backtick."""
+    input frame holds it: named by position, a plain identifier, so that
+    the runner's expressions over the frame (its keys, its ordering, the
+    task's columns) can name it unquoted whatever the side's own names hold
+    (a dot, a backtick)."""
     return f"s{side}__{position}"
 
 

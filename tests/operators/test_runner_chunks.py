@@ -4,11 +4,16 @@ Spark needed)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
 from operators import _spark_task
-from operators._spark_task import TaskBatch, side_batches
+from operators._spark_task import StagePlan, TaskBatch, run_task, side_batches
+from operators.errors import RunnerError
+from operators.examples import RunningAggregate
+from statestore import StoreConfig
 
 COLUMNS = [["k"], ["k"]]
 
@@ -102,3 +107,28 @@ class TestTaskBatch:
         first = TaskBatch(0, None, {}, None, None, 5)
         assert TaskBatch.from_json(first.to_json()) == first
         assert TaskBatch.key(2) == "relstate.batch.2" != TaskBatch.key(0)
+
+    def test_a_task_whose_job_names_no_batch_fails_before_it_opens_a_store(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    ) -> None:
+        """A stage's task run in a job that carries no batch for its stage
+        (not the runner's job) raises ``RunnerError`` naming the property,
+        and opens no store: nothing is written under the state location."""
+        import pyspark
+
+        class Context:
+            def partitionId(self) -> int:
+                return 0
+
+            def attemptNumber(self) -> int:
+                return 0
+
+            def getLocalProperty(self, key: str) -> str | None:
+                return None
+
+        monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(Context))
+        state = tmp_path / "state"
+        plan = StagePlan(RunningAggregate(), str(state), 1, [["key"]], {}, StoreConfig(), index=3)
+        with pytest.raises(RunnerError, match=r"relstate\.batch\.3"):
+            next(run_task(plan)(iter([])))
+        assert not state.exists()
