@@ -177,8 +177,8 @@ class _Driver:
         self.fused = self._fused()
         #: Each planned stage's task, as the UDF column ``mapInArrow`` applies.
         self.udfs: dict[int, Column] = {}
-        #: How each planned stage's input frame is made from its sides' frames.
-        self.inputs: dict[int, _StageInput] = {}
+        #: How each stage's input frame is made from its sides' frames.
+        self.inputs = [self._input_shape(i) for i in range(len(plans))]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -481,12 +481,9 @@ class _Driver:
     ) -> DataFrame:
         """The rows of every input of stage ``index`` in this batch, as its
         tasks take them (:meth:`_input_shape`)."""
-        shape = self.inputs.get(index)
-        if shape is None:
-            shape = self.inputs[index] = self._input_shape(index)
         inputs = self.pipeline.stages[index].inputs
         frames = [results[i.stream.index] if i.stream.is_stage else batch for i in inputs]
-        return shape.frame(frames)
+        return self.inputs[index].frame(frames)
 
     def _input_shape(self, index: int) -> _StageInput:
         """How stage ``index``'s input frame is made from its sides' frames:
