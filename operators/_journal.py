@@ -299,7 +299,7 @@ class Journal:
         """Write each partition's winner of the batch into its checkpoint, for
         readers that load a version without naming a commit. The batch record
         decides; these follow it. Each partition's is a file of its own, so
-        they are written at once: the driver waits for the slowest
+        they are written at once: the caller waits for the slowest
         partition's, not for their sum."""
 
         def record_winner(stage: str, partition: int, commit_id: str) -> None:

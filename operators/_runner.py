@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
@@ -179,6 +180,12 @@ class _Driver:
         self.udfs: dict[int, Column] = {}
         #: How each stage's input frame is made from its sides' frames.
         self.inputs = [self._input_shape(i) for i in range(len(plans))]
+        #: The winner records of the last batch this driver recorded, written
+        #: in a thread of their own while Spark ends that batch and starts the
+        #: next (:meth:`settle`).
+        self.winner_records: Future[None] | None = None
+        self.winner_writer = ThreadPoolExecutor(1, thread_name_prefix="relstate-winners")
+        self.winner_lock = threading.Lock()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -190,6 +197,8 @@ class _Driver:
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         done = self.journal.record(batch_id)
+        previous = self.journal.previous(batch_id)
+        self._winners_before(previous)
         if done is not None:
             # Recorded, so its output is in the sink and its winners are
             # decided; Spark runs it again only because the driver died before
@@ -199,7 +208,6 @@ class _Driver:
             self._commit_sink(batch_id)
             self.log.info("relstate.batch_already_recorded", batch_id=batch_id)
             return
-        previous = self.journal.previous(batch_id)
         watermark = query_watermark(
             self.delays,
             {} if previous is None else previous.max_event_time,
@@ -214,8 +222,9 @@ class _Driver:
         # The batch record decides; the stores' winner records, written after
         # it, are for readers that load a version without naming a commit.
         self.journal.write(record)
-        self.journal.record_winners(record)
         self._commit_sink(batch_id)
+        with self.winner_lock:
+            self.winner_records = self.winner_writer.submit(self.journal.record_winners, record)
         self.journal.prune(self.retain)
         summary = _summary(
             record,
@@ -227,6 +236,38 @@ class _Driver:
         self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
         if self.progress is not None:
             self.progress(summary)
+
+    def settle(self) -> None:
+        """Wait until the winner records of the last batch this driver
+        recorded are written; raise the error that stopped them."""
+        with self.winner_lock:
+            pending, self.winner_records = self.winner_records, None
+        if pending is not None:
+            pending.result()
+
+    def _winners_before(self, previous: BatchRecord | None) -> None:
+        """Have the winner records of the batch before this one written
+        before this one runs. Nothing but a reader of the checkpoint reads
+        them (the tasks load the winners the driver hands them), so they
+        are written in a thread while Spark ends a batch and starts the
+        next, off the batch's path (12 ms a batch at the FK join's and the
+        dedup suite's points, measured). A write that failed there is tried
+        once more here, and its error then stops this batch. In this run's
+        first batch they are written again (a write of the same winner is a
+        no-op): a driver that died after recording its last batch may have
+        left them unwritten."""
+        if self.winner_records is None:
+            if previous is not None:
+                self.journal.record_winners(previous)
+            return
+        try:
+            self.settle()
+        except Exception as exc:
+            assert previous is not None  # records were being written
+            self.log.warning(
+                "relstate.winner_records_failed", batch_id=previous.batch_id, error=str(exc)
+            )
+            self.journal.record_winners(previous)
 
     def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
         """Each stage's metrics of batch ``batch_id`` as Spark reports a
@@ -886,20 +927,42 @@ class RelstateQuery:
 
     def awaitTermination(self, timeout: int | None = None) -> bool | None:
         """Spark's ``awaitTermination``; a batch stopped by bad input raises
-        its :class:`InputError` rather than Spark's wrapper."""
+        its :class:`InputError` rather than Spark's wrapper. Once the query
+        has ended, the last batch's winner records are written too."""
         try:
-            return self._query.awaitTermination(timeout)
+            ended = self._query.awaitTermination(timeout)
         except Exception:
             self._raise_input_error()
             raise
+        if ended is not False:
+            self._settle()
+        return ended
 
     def processAllAvailable(self) -> None:
-        """Spark's ``processAllAvailable``; bad input raises its InputError."""
+        """Spark's ``processAllAvailable``; bad input raises its InputError.
+        The last batch's winner records are written when it returns."""
         try:
             self._query.processAllAvailable()
         except Exception:
             self._raise_input_error()
             raise
+        self._settle()
+
+    def stop(self) -> None:
+        """Spark's ``stop``, and the last batch's winner records written."""
+        self._query.stop()
+        self._settle()
+
+    def _settle(self) -> None:
+        """The last batch's winner records written (:meth:`_Driver.settle`).
+        When the query failed, a failure to write them is logged, not
+        raised, so that it does not stand in for the query's own error."""
+        try:
+            self._driver.settle()
+        except Exception as exc:
+            if self._query.exception() is None:
+                raise
+            self._driver.log.warning("relstate.winner_records_failed", error=str(exc))
 
     def _raise_input_error(self) -> None:
         if self._driver.error is not None:

@@ -4,6 +4,8 @@ bad input."""
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -177,6 +179,79 @@ class TestRunner:
         sink = _run(spark, tmp_path, small)
         assert len(made) == 1
         assert _per_batch(spark, sink) == reference(small)
+
+    def test_every_batch_has_its_winner_records_when_the_query_ends(
+        self,
+        spark: Any,
+        tmp_path: Path,
+        small: list[pa.Table],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The winner records are written after the batch, in a thread of
+        their own, and the query's end waits for them: once
+        ``awaitTermination`` returns, every recorded batch's partitions name
+        the recorded commit as their winner, though each write was slowed to
+        outlast the batch's end."""
+        real = Journal.record_winners
+        threads: list[str] = []
+
+        def slow(journal: Journal, record: Any) -> None:
+            threads.append(threading.current_thread().name)
+            time.sleep(0.5)
+            real(journal, record)
+
+        monkeypatch.setattr(Journal, "record_winners", slow)
+        _run(spark, tmp_path, small)
+        assert len(threads) == len(small)
+        assert all(t.startswith("relstate-winners") for t in threads)
+        location = str(tmp_path / "checkpoint" / "state")
+        journal = Journal(LocalFileSystem(), location)
+        recorded = journal.batches()
+        assert recorded[-1] == len(small) - 1
+        for batch_id in recorded:
+            record = journal.record(batch_id)
+            assert record is not None
+            for p, commit_id in record.winners_of("running_aggregate").items():
+                checkpoint = PartitionCheckpoint(location, "running_aggregate", p)
+                assert checkpoint.winner(batch_id) == commit_id
+
+    def test_a_restarted_query_writes_the_winner_records_its_last_run_left_out(
+        self,
+        spark: Any,
+        tmp_path: Path,
+        small: list[pa.Table],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A driver that died after recording a batch may not have written its
+        winner records (here removed by hand after the first run): the next
+        run writes them before its first batch runs, so they are there when
+        that batch is recorded."""
+        _run(spark, tmp_path, small[:2])
+        location = str(tmp_path / "checkpoint" / "state")
+        removed = list(Path(location).glob(f"running_aggregate/*/winners/{1:020d}.json"))
+        assert len(removed) == 3
+        for path in removed:
+            path.unlink()
+        record = Journal(LocalFileSystem(), location).record(1)
+        assert record is not None
+        winners = record.winners_of("running_aggregate")
+        found: list[dict[int, str | None]] = []
+        real = Journal.write
+
+        def write(journal: Journal, batch: Any) -> None:
+            found.append(
+                {
+                    p: PartitionCheckpoint(location, "running_aggregate", p).winner(1)
+                    for p in winners
+                }
+            )
+            real(journal, batch)
+
+        monkeypatch.setattr(Journal, "write", write)
+        pq.write_table(small[2], tmp_path / "source" / "orders-0002.parquet")
+        tmp_path.joinpath("resumed").touch()
+        _run(spark, tmp_path, small)
+        assert found == [winners]
 
     def test_tasks_run_without_adaptive_execution_and_the_setting_returns(self, spark: Any) -> None:
         """The runner's task job runs with adaptive execution off, and the
