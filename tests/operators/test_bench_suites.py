@@ -165,6 +165,40 @@ class TestFkJoinSuite:
         ]
         assert sorted(p.left_changes for p in sweep) == [p.left_changes for p in sweep]
 
+    def test_fixed_cost_alternates_rounds_of_relstate_and_the_floor(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """At the fixed cost's point, relstate and the Spark-alone floor run
+        FIXED_ROUNDS times, alternating which goes first, each run on a new
+        checkpoint, and every round's change batches are kept."""
+        from operators._bench import suite_fkjoin as suite
+
+        calls: list[str] = []
+
+        def side(name: str, seconds: float, checkpoint: str) -> Callable[..., Any]:
+            def run(spark: Any, root: Path, *args: Any, **kwargs: Any) -> Any:
+                assert not (root / checkpoint).exists(), f"{name} ran on an old checkpoint"
+                (root / checkpoint).mkdir(parents=True)
+                calls.append(name)
+                times = [seconds + len(calls)] * 2
+                return (1.0, times) if name == "relstate" else times
+
+            return run
+
+        monkeypatch.setattr(suite, "_relstate", side("relstate", 0.0, "ck"))
+        monkeypatch.setattr(suite, "_spark_floor", side("floor", 100.0, "floor-checkpoint"))
+        monkeypatch.setattr(suite, "_baseline", lambda *a: [9.0, 9.0])
+        monkeypatch.setattr(suite, "_stages_alone", lambda *a: [2.0, 2.0])
+        monkeypatch.setattr(suite, "_spark_two_stages", lambda *a, **k: [3.0, 3.0])
+        point = suite._QUICK.warmup_point()
+        unused: Any = None  # the session and the join: every side is a stand-in
+        times = suite._measure(unused, tmp_path / "point", unused, point, print, floor=True)
+        assert calls == ["relstate", "floor", "floor", "relstate", "relstate", "floor"]
+        assert times.rounds is not None and len(times.rounds) == suite.FIXED_ROUNDS == 3
+        assert times.rounds[0] == (times.relstate, times.floor)
+        assert [r for r, _ in times.rounds] == [[1.0, 1.0], [4.0, 4.0], [5.0, 5.0]]
+        assert [f for _, f in times.rounds] == [[102.0] * 2, [103.0] * 2, [106.0] * 2]
+
     @pytest.mark.spark
     def test_output_check_compares_with_the_baseline(self, spark: Any, tmp_path: Path) -> None:
         """The suite's check passes when relstate's output, applied batch by
