@@ -147,18 +147,21 @@ class _Times:
     load: float
     relstate: list[float]
     baseline: list[float]
-    #: Each change batch's Spark-alone floor, and the two stages doing
-    #: nothing, where they were measured.
-    floor: list[float] | None = None
+    #: Each change batch through the two stages doing nothing, where measured.
     alone: list[float] | None = None
     #: Each change batch's time through Spark alone in the two stages'
     #: shape, and in it with a store per task, where they were measured.
     two_stages: list[float] | None = None
     stored: list[float] | None = None
     #: Where the fixed cost is read: each round's change batches through
-    #: relstate and through the Spark-alone floor, the first round's being
-    #: ``relstate`` and ``floor``.
+    #: relstate and through the Spark-alone floor, the first round's
+    #: relstate batches being ``relstate``.
     rounds: list[tuple[list[float], list[float]]] | None = None
+
+    @property
+    def floor(self) -> list[float] | None:
+        """The first round's Spark-alone floor, where it was measured."""
+        return None if self.rounds is None else self.rounds[0][1]
 
 
 _FULL = _Plan(
@@ -392,11 +395,10 @@ def _measure(
         theirs = _baseline(spark, root, point.batches)
     if not (floor or stages):
         return _Times(load, ours, theirs)
-    spark_alone = rounds = None
+    rounds = None
     if floor:
         progress("Spark alone")
-        spark_alone = _spark_floor(spark, root, point.partitions)
-        rounds = [(ours, spark_alone)]
+        rounds = [(ours, _spark_floor(spark, root, point.partitions))]
         for r in range(1, FIXED_ROUNDS):
             progress(f"fixed cost, round {r + 1} of {FIXED_ROUNDS}")
             for path in ("ck", "out", "floor-checkpoint"):
@@ -417,7 +419,7 @@ def _measure(
     if floor:
         progress(STORED)
         stored = _spark_two_stages(spark, root, point.partitions, stores=True)
-    return _Times(load, ours, theirs, spark_alone, nothing, two, stored, rounds)
+    return _Times(load, ours, theirs, nothing, two, stored, rounds)
 
 
 def _scaled(scale: int) -> _Plan:
