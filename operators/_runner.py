@@ -27,7 +27,7 @@ import time
 import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
@@ -185,6 +185,11 @@ class _Driver:
         #: next (:meth:`settle`).
         self.winner_records: Future[None] | None = None
         self.winner_writer = ThreadPoolExecutor(1, thread_name_prefix="relstate-winners")
+        #: The thread that plans a batch's later stages (:meth:`_run_stages`),
+        #: the driver's own: Py4J gives each Python thread a connection to
+        #: the JVM, and a thread of each batch's own cost a new connection
+        #: (and a new JVM thread) every batch, 3 ms at the FK join's point.
+        self.planner = ThreadPoolExecutor(1, thread_name_prefix="relstate-plan")
         self.winner_lock = threading.Lock()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -323,40 +328,40 @@ class _Driver:
             staged.cached.append(staged.batch)
         context = batch.sparkSession.sparkContext
         plan_stage = partial(self._plan_stage, staged)
+        upcoming: Future[tuple[DataFrame, tuple[StagedSink, str] | None]] | None = None
         try:
             # Each later stage is planned (its input frame, the batch its
             # tasks run, its cache) in a thread while the job before it runs:
             # planning is driver work that does not need the earlier stage's
             # rows, only its frame. A stage that runs in the next stage's job
             # is planned before that job, with nothing running.
-            with ThreadPoolExecutor(1, thread_name_prefix="relstate-plan") as planner:
-                planned = plan_stage(0)
-                in_job: list[int] = []
-                for index, stage in enumerate(stages):
-                    committing, output = planned
-                    upcoming = (
-                        planner.submit(plan_stage, index + 1) if index + 1 < len(stages) else None
+            planned = plan_stage(0)
+            in_job: list[int] = []
+            for index, stage in enumerate(stages):
+                committing, output = planned
+                upcoming = (
+                    self.planner.submit(plan_stage, index + 1) if index + 1 < len(stages) else None
+                )
+                in_job.append(index)
+                if index not in self.fused:
+                    if in_job[0]:
+                        # An earlier job of this batch ran: its stages committed.
+                        fault("runner.driver_between_stages")
+                    names = ", ".join(repr(stages[i].name) for i in in_job)
+                    context.setJobGroup(
+                        job_group(self.query_name, stage.name),
+                        f"{self.query_name}: batch {batch_id}, stage {index} ({names})",
                     )
-                    in_job.append(index)
-                    if index not in self.fused:
-                        if in_job[0]:
-                            # An earlier job of this batch ran: its stages committed.
-                            fault("runner.driver_between_stages")
-                        names = ", ".join(repr(stages[i].name) for i in in_job)
-                        context.setJobGroup(
-                            job_group(self.query_name, stage.name),
-                            f"{self.query_name}: batch {batch_id}, stage {index} ({names})",
-                        )
-                        for i in in_job:
-                            context.setLocalProperty(TaskBatch.key(i), staged.batches[i].to_json())
-                        metas.update(self._committed(committing, batch_id, in_job))
-                        if output is not None:
-                            sink, staging = output
-                            parts = [m["part"] for m in metas[stage.name]]
-                            sink.publish(staging, parts, batch_id)
-                        in_job = []
-                    if upcoming is not None:
-                        planned = upcoming.result()
+                    for i in in_job:
+                        context.setLocalProperty(TaskBatch.key(i), staged.batches[i].to_json())
+                    metas.update(self._committed(committing, batch_id, in_job))
+                    if output is not None:
+                        sink, staging = output
+                        parts = [m["part"] for m in metas[stage.name]]
+                        sink.publish(staging, parts, batch_id)
+                    in_job = []
+                if upcoming is not None:
+                    planned = upcoming.result()
             for stream, handed in self.outputs:
                 if stream.index in direct:
                     continue
@@ -366,6 +371,10 @@ class _Driver:
                 rows = staged.results[stream.index].where(f"{META} IS NULL").drop(META, ORDER)
                 handed(rows, batch_id)
         finally:
+            if upcoming is not None:
+                # A stage still being planned when a job failed: its frame's
+                # cache, if it makes one, is in staged.cached once it is done.
+                wait([upcoming])
             keys = [TaskBatch.key(i) for i in range(len(stages))]
             for key in ("spark.jobGroup.id", "spark.job.description", *keys):
                 context.setLocalProperty(key, None)  # type: ignore[arg-type]

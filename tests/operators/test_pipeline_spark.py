@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ from operators import (
     ParquetSink,
     Pipeline,
     RowKind,
+    RunnerError,
+    _runner,
     run_operator,
     stage_progress,
 )
@@ -168,6 +172,48 @@ class TestTwoStages:
         ] == want
         last = query.history[-1]["metrics"]
         assert last["numOutputRows"] == sum(got[-1].values()) + sum(want[-1].values())
+
+    def test_a_failed_job_leaves_no_frame_cached_by_a_stage_still_being_planned(
+        self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The join stage's job (its rows go to a sink and on to the revenue
+        stage) fails while the revenue stage, whose rows a callback sink
+        takes and which is therefore cached, is still being planned in the
+        driver's planning thread: the batch fails with the job's error, and
+        once it has, no frame of the batch is left cached, the revenue
+        stage's included."""
+        work = changes(seed=13, batches=1)
+        write_changes(tmp_path, work)
+        planned = threading.Event()
+        plan_stage = _runner._Driver._plan_stage
+
+        def slow_plan(self: Any, staged: Any, index: int) -> Any:
+            if index == 1:
+                time.sleep(1.0)  # outlasts the failing job below
+            result = plan_stage(self, staged, index)
+            if index == 1:
+                planned.set()
+            return result
+
+        def failing_job(self: Any, result: Any, batch_id: int, stages: list[int]) -> Any:
+            raise RunnerError("the join stage's job failed")
+
+        monkeypatch.setattr(_runner._Driver, "_plan_stage", slow_plan)
+        monkeypatch.setattr(_runner._Driver, "_committed", failing_job)
+        pipeline = Pipeline()
+        joined, revenue = build(pipeline, *sources(spark, tmp_path, pipeline))
+        query = pipeline.start(
+            revenue,
+            lambda rows, batch_id: rows.count(),
+            str(tmp_path / "checkpoint"),
+            3,
+            trigger={"availableNow": True},
+            more_outputs=[(joined, ParquetSink(str(tmp_path / "joined")))],
+        )
+        with pytest.raises(Exception, match="the join stage's job failed"):
+            query.awaitTermination()
+        assert planned.is_set(), "the revenue stage was planned"
+        assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
     def test_state_metrics_reach_progress_and_a_listener(self, spark: Any, tmp_path: Path) -> None:
         """Each stage's state metrics under Spark's names are in the query's
