@@ -26,9 +26,8 @@ import threading
 import time
 import weakref
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
@@ -40,6 +39,7 @@ from operators._journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators._sinks import BatchSink, StagedSink, filesystem_of
+from operators._spark import without_adaptive_execution
 from operators._spark_task import (
     META,
     ORDER,
@@ -220,7 +220,7 @@ class _Driver:
         )
         marks = stage_watermarks(self.stage_inputs, watermark)
         processing_time = self.journal.processing_time(batch_id)
-        with _without_adaptive_execution(batch.sparkSession):
+        with without_adaptive_execution(batch.sparkSession):
             metas = self._run_stages(batch, batch_id, previous, marks, processing_time)
         fault("runner.driver_after_sink")
         record = self._record(batch_id, previous, watermark, marks, metas)
@@ -867,25 +867,6 @@ def _summary(
         "stage_watermarks": dict(record.stage_watermarks),
         "stage_partitions": dict(partitions),
     }
-
-
-@contextmanager
-def _without_adaptive_execution(session: SparkSession) -> Iterator[None]:
-    """Adaptive query execution off while a batch's stages are planned and
-    run, and as it was after. Each stage is one shuffle into ``mapInArrow``
-    with a fixed partition count, which adaptive execution cannot improve; it
-    would only run the shuffle as a job of its own and plan the rest again
-    (a second job per stage, about 40 ms each, measured), also for a stage
-    output cached for the next stage. ``foreachBatch`` calls run one at a
-    time on the query's own session, so nothing else sees the change."""
-    key = "spark.sql.adaptive.enabled"
-    # Unset, Spark gives its default, "true"; the "or" is for the Optional type.
-    before = session.conf.get(key) or "true"
-    session.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        session.conf.set(key, before)
 
 
 # -- the query ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The local Spark session that ``relstate demo`` and the tests run on, and
-the registration of relstate's data sources in any session.
+"""The local Spark session that ``relstate demo`` and the tests run on, the
+registration of relstate's data sources in any session, and the setting the
+runner's batches (and the bench's Spark-alone floors) run under.
 
 Nothing here imports PySpark until it is called, so that ``import operators``
 (and ``relstate inspect``) works where PySpark cannot be imported."""
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_spark", "register_sources"]
+__all__ = ["local_spark", "register_sources", "without_adaptive_execution"]
 
 
 def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -53,3 +55,22 @@ def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(StateSource)
     spark.dataSource.register(MetadataSource)
     spark.dataSource.register(OutputSource)
+
+
+@contextmanager
+def without_adaptive_execution(session: SparkSession) -> Iterator[None]:
+    """Adaptive query execution off while a batch's stages are planned and
+    run, and as it was after. Each stage is one shuffle into ``mapInArrow``
+    with a fixed partition count, which adaptive execution cannot improve; it
+    would only run the shuffle as a job of its own and plan the rest again
+    (a second job per stage, about 40 ms each, measured), also for a stage
+    output cached for the next stage. ``foreachBatch`` calls run one at a
+    time on the query's own session, so nothing else sees the change."""
+    key = "spark.sql.adaptive.enabled"
+    # Unset, Spark gives its default, "true"; the "or" is for the Optional type.
+    before = session.conf.get(key) or "true"
+    session.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        session.conf.set(key, before)

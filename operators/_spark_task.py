@@ -220,9 +220,8 @@ def _run(
             part = sink.write_part(staging, partition, arrow, outputs)
     except InputError as exc:
         # Nothing is committed; the driver raises it, once.
-        yield from _meta_rows(schema, handed_on)
         error = {"stage": plan.index, "partition": partition, "error": str(exc)}
-        yield _meta_row(schema, error)
+        yield _meta_rows(schema, [*handed_on, json.dumps(error)])
         return
     metrics = {**run.metrics, **state_metrics(store.tables)}
     started = time.perf_counter()
@@ -241,8 +240,7 @@ def _run(
     }
     if part is not None:
         meta["part"] = part
-    yield from _meta_rows(schema, handed_on)
-    yield _meta_row(schema, meta)
+    yield _meta_rows(schema, [*handed_on, json.dumps(meta)])
 
 
 def _handing_on(batches: Iterator[pa.RecordBatch], into: list[str]) -> Iterator[pa.RecordBatch]:
@@ -261,12 +259,12 @@ def _handing_on(batches: Iterator[pa.RecordBatch], into: list[str]) -> Iterator[
         yield batch.remove_column(index)
 
 
-def _meta_rows(schema: pa.Schema, metas: list[str]) -> Iterator[pa.RecordBatch]:
-    """Metadata rows handed on from an earlier stage, as this task's rows."""
-    if metas:
-        arrays = [pa.nulls(len(metas), type=f.type) for f in schema]
-        arrays[-1] = pa.array(metas, type=pa.string())
-        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+def _meta_rows(schema: pa.Schema, metas: list[str]) -> pa.RecordBatch:
+    """Metadata rows (JSON): this task's own, last, after those handed on
+    from an earlier stage that ran in this job; nulls in every other column."""
+    arrays = [pa.nulls(len(metas), type=f.type) for f in schema]
+    arrays[-1] = pa.array(metas, type=pa.string())
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _outputs(
@@ -382,10 +380,4 @@ def open_store(plan: StagePlan, partition: int, attempt: int) -> StateStore:
 def _with_order(batch: pa.RecordBatch, schema: pa.Schema, first: int) -> pa.RecordBatch:
     order = pa.array(np.arange(first, first + batch.num_rows, dtype=np.int64))
     arrays = [*batch.columns, order, pa.nulls(batch.num_rows, type=pa.string())]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _meta_row(schema: pa.Schema, meta: dict[str, Any]) -> pa.RecordBatch:
-    arrays = [pa.nulls(1, type=f.type) for f in schema]
-    arrays[-1] = pa.array([json.dumps(meta)], type=pa.string())
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -23,6 +23,7 @@ from encoding import TableSchema
 from operators._bench.measure import ratio_text
 from operators._bench.runner import Machine
 from operators._operator import Operator, OperatorContext
+from operators._spark import without_adaptive_execution
 from statestore import StateStore, StoreConfig
 
 __all__ = [
@@ -292,13 +293,11 @@ def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any, int], int]) ->
     ``foreachBatch`` (an ``availableNow`` trigger; adaptive execution off, as
     in relstate's runner), timing each batch; ``each`` returns the rows it
     counted."""
-    from operators._runner import _without_adaptive_execution
-
     counted: list[int] = []
     finished: list[float] = []
 
     def batch_done(batch: Any, batch_id: int) -> None:
-        with _without_adaptive_execution(batch.sparkSession):
+        with without_adaptive_execution(batch.sparkSession):
             counted.append(each(batch, batch_id))
         finished.append(time.perf_counter())
 

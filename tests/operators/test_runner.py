@@ -17,8 +17,9 @@ from _orders_changelog import ORDERS, generate, reference
 from pyarrow.fs import LocalFileSystem
 
 from operators._journal import Journal
-from operators._runner import _without_adaptive_execution, run_operator
+from operators._runner import run_operator
 from operators._sinks import ParquetSink
+from operators._spark import without_adaptive_execution
 from operators._task import state_tables
 from operators.demo import write_batches
 from operators.errors import InputError
@@ -260,10 +261,10 @@ class TestRunner:
         before = spark.conf.get(key)
         spark.conf.set(key, "true")
         try:
-            with _without_adaptive_execution(spark):
+            with without_adaptive_execution(spark):
                 assert spark.conf.get(key) == "false"
             assert spark.conf.get(key) == "true"
-            with pytest.raises(RuntimeError), _without_adaptive_execution(spark):
+            with pytest.raises(RuntimeError), without_adaptive_execution(spark):
                 raise RuntimeError("the job failed")
             assert spark.conf.get(key) == "true"
         finally:
