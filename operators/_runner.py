@@ -221,7 +221,7 @@ class _Driver:
         marks = stage_watermarks(self.stage_inputs, watermark)
         processing_time = self.journal.processing_time(batch_id)
         with without_adaptive_execution(batch.sparkSession):
-            metas = self._run_stages(batch, batch_id, previous, marks, processing_time)
+            metas, jobs_ms = self._run_stages(batch, batch_id, previous, marks, processing_time)
         fault("runner.driver_after_sink")
         record = self._record(batch_id, previous, watermark, marks, metas)
         # The batch record decides; the stores' winner records, written after
@@ -235,6 +235,7 @@ class _Driver:
             record,
             {o.name for o, _ in self.outputs},
             int((time.perf_counter() - started) * 1000),
+            jobs_ms,
             {p.operator.name: p.partitions for p in self.plans},
         )
         self.history.append(summary)
@@ -298,9 +299,11 @@ class _Driver:
         previous: BatchRecord | None,
         marks: list[int | None],
         processing_time: int,
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> tuple[dict[str, list[dict[str, Any]]], int]:
         """Run every stage of the batch in order and hand each output
-        stage's rows to its sink; each stage's task metadata rows."""
+        stage's rows to its sink; each stage's task metadata rows, and the
+        milliseconds its stages' jobs ran (from the driver's call to their
+        end: Spark's planning of each job's plan included)."""
         from pyspark import StorageLevel
 
         stages = self.pipeline.stages
@@ -312,6 +315,7 @@ class _Driver:
             if isinstance(sink, StagedSink) and not self.pipeline.consumers(stream)
         }
         metas: dict[str, list[dict[str, Any]]] = {}
+        in_jobs = 0.0
         staged = _BatchStages(batch, batch_id, previous, marks, processing_time, direct)
         jobs: dict[int, set[int]] = defaultdict(set)
         for index, stage in enumerate(stages):
@@ -354,7 +358,9 @@ class _Driver:
                     )
                     for i in in_job:
                         context.setLocalProperty(TaskBatch.key(i), staged.batches[i].to_json())
+                    job_started = time.perf_counter()
                     metas.update(self._committed(committing, batch_id, in_job))
+                    in_jobs += time.perf_counter() - job_started
                     if output is not None:
                         sink, staging = output
                         parts = [m["part"] for m in metas[stage.name]]
@@ -383,7 +389,7 @@ class _Driver:
             # dependent one.
             for frame in reversed(staged.cached):
                 frame.unpersist()
-        return metas
+        return metas, int(in_jobs * 1000)
 
     def _fused(self) -> dict[int, int]:
         """The stages whose rows, metadata rows included, go on into their
@@ -846,12 +852,17 @@ def _sink_schema(operator: Operator) -> pa.Schema:
 
 
 def _summary(
-    record: BatchRecord, outputs: set[str], duration_ms: int, partitions: dict[str, int]
+    record: BatchRecord,
+    outputs: set[str],
+    duration_ms: int,
+    jobs_ms: int,
+    partitions: dict[str, int],
 ) -> BatchSummary:
-    """A batch as the query's history and progress callback see it: the
-    stages' metrics under ``stage.metric``, and summed over stages under
-    their own names (``numOutputRows``: the output stages'), and each
-    stage's partition count."""
+    """A batch as the query's history and progress callback see it: its
+    time in the driver and, of that, in its stages' jobs; the stages'
+    metrics under ``stage.metric``, and summed over stages under their own
+    names (``numOutputRows``: the output stages'), and each stage's
+    partition count."""
     flat: dict[str, int] = {}
     for stage, metrics in record.metrics.items():
         for k, v in metrics.items():
@@ -862,6 +873,7 @@ def _summary(
         "batch_id": record.batch_id,
         "watermark": record.watermark,
         "duration_ms": duration_ms,
+        "jobs_ms": jobs_ms,
         "metrics": flat,
         "stages": {s: dict(m) for s, m in record.metrics.items()},
         "stage_watermarks": dict(record.stage_watermarks),

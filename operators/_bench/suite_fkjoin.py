@@ -35,7 +35,14 @@ so that comparison's baseline is 1.5 times the floor. Both sides run
 each on a new checkpoint, and the comparison is of the medians over every
 round's change batches: one run of each, one after the other, moved
 between runs of the suite on one machine by more than the goal's margin.
-Each round's reading is listed. Three readings bound
+Each round's reading is listed, and where a change batch's time goes on
+each side, relstate's and the Spark-alone floor's over every round, and
+Spark alone in the two stages' shape with a store per task (below): its
+time in the ``foreachBatch`` function, and there in its Spark jobs (from the
+call that runs each, Spark's planning of the job's plan included) and
+before and after them (for relstate: planning its stages, and recording the
+batch), and its time outside that function (Spark's own micro-batch: the
+offsets, the source's files, the commit). Three readings bound
 it from below. The two stages doing nothing: the same two stages through the
 runner with operators that keep and emit nothing, the least the join's fixed
 cost could be. Spark alone, two stages: Spark with no relstate in the join's
@@ -75,6 +82,7 @@ import pyarrow as pa
 from operators._bench.versus import (
     Comparison,
     Discard,
+    FloorRun,
     SuiteResult,
     ceiling,
     runs,
@@ -141,6 +149,18 @@ class _Plan:
 
 
 @dataclass(frozen=True)
+class _Batches:
+    """One run's change batches (its first batch, the initial load, left
+    out): each one's time from the end of the one before, and of that its
+    time in the ``foreachBatch`` function and, there, in its Spark jobs
+    (from the call that runs each to its end)."""
+
+    times: list[float]
+    inside: list[float]
+    jobs: list[float]
+
+
+@dataclass(frozen=True)
 class _Times:
     """One run's initial load, and each change batch, on each side."""
 
@@ -152,16 +172,16 @@ class _Times:
     #: Each change batch's time through Spark alone in the two stages'
     #: shape, and in it with a store per task, where they were measured.
     two_stages: list[float] | None = None
-    stored: list[float] | None = None
+    stored: _Batches | None = None
     #: Where the fixed cost is read: each round's change batches through
     #: relstate and through the Spark-alone floor, the first round's
     #: relstate batches being ``relstate``.
-    rounds: list[tuple[list[float], list[float]]] | None = None
+    rounds: list[tuple[_Batches, _Batches]] | None = None
 
     @property
     def floor(self) -> list[float] | None:
         """The first round's Spark-alone floor, where it was measured."""
-        return None if self.rounds is None else self.rounds[0][1]
+        return None if self.rounds is None else self.rounds[0][1].times
 
 
 _FULL = _Plan(
@@ -238,7 +258,7 @@ def _batch_times(started: float, finished: list[float]) -> tuple[float, list[flo
     return times[0], times[1:]
 
 
-def _spark_floor(spark: SparkSession, root: Path, partitions: int) -> list[float]:
+def _spark_floor(spark: SparkSession, root: Path, partitions: int) -> _Batches:
     """Each change batch's Spark-alone floor
     (:func:`~operators._bench.versus.spark_floor`) over the same files, both
     sides shuffled by the FK."""
@@ -246,12 +266,12 @@ def _spark_floor(spark: SparkSession, root: Path, partitions: int) -> list[float
 
     left, right = _streams(spark, root)
     stream = left.select("fk").unionByName(right.select(F.col("rid").alias("fk")))
-    return spark_floor(stream, "fk", partitions, str(root / "floor-checkpoint")).batches[1:]
+    return _changes(spark_floor(stream, "fk", partitions, str(root / "floor-checkpoint")))
 
 
 def _spark_two_stages(
     spark: SparkSession, root: Path, partitions: int, stores: bool = False
-) -> list[float]:
+) -> _Batches:
     """Each change batch's time through Spark alone in the shape of the
     join's two stages (:func:`~operators._bench.versus.spark_two_stage_floor`)
     over the same files: both sides by the FK, one response per left row,
@@ -266,13 +286,19 @@ def _spark_two_stages(
     name = "stored" if stores else "two-stage"
     checkpoint = str(root / f"{name}-checkpoint")
     state = str(root / f"{name}-state") if stores else None
-    return spark_two_stage_floor(stream, "fk", "id", partitions, checkpoint, state).batches[1:]
+    return _changes(spark_two_stage_floor(stream, "fk", "id", partitions, checkpoint, state))
+
+
+def _changes(run: FloorRun) -> _Batches:
+    """A floor's change batches (its first batch, the initial tables, left out)."""
+    return _Batches(run.batches[1:], run.inside[1:], run.jobs[1:])
 
 
 def _relstate(
     spark: SparkSession, root: Path, join: FkJoin, partitions: int
-) -> tuple[float, list[float]]:
-    """The initial load's time and each change batch's, through the runner."""
+) -> tuple[float, _Batches]:
+    """The initial load's time and the change batches', through the runner
+    (their times in the driver and in its jobs from the query's history)."""
     streams = _streams(spark, root)
     sink = _TimingSink(root / "out")
     started = time.perf_counter()
@@ -286,7 +312,10 @@ def _relstate(
         trigger={"availableNow": True},
     )
     query.awaitTermination()
-    return _batch_times(started, sink.finished)
+    load, times = _batch_times(started, sink.finished)
+    changes = query.history[1:]
+    inside = [b["duration_ms"] / 1000 for b in changes]
+    return load, _Batches(times, inside, [b["jobs_ms"] / 1000 for b in changes])
 
 
 def _stages_alone(spark: SparkSession, root: Path, join: FkJoin, partitions: int) -> list[float]:
@@ -389,16 +418,17 @@ def _measure(
         progress(BASELINE)
         theirs = _baseline(spark, root, point.batches)
     progress("relstate")
-    load, ours = _relstate(spark, root, join, point.partitions)
+    load, first_round = _relstate(spark, root, join, point.partitions)
     if relstate_first:
         progress(BASELINE)
         theirs = _baseline(spark, root, point.batches)
+    ours = first_round.times
     if not (floor or stages):
         return _Times(load, ours, theirs)
     rounds = None
     if floor:
         progress("Spark alone")
-        rounds = [(ours, _spark_floor(spark, root, point.partitions))]
+        rounds = [(first_round, _spark_floor(spark, root, point.partitions))]
         for r in range(1, FIXED_ROUNDS):
             progress(f"fixed cost, round {r + 1} of {FIXED_ROUNDS}")
             for path in ("ck", "out", "floor-checkpoint"):
@@ -414,7 +444,7 @@ def _measure(
     progress("the two stages alone")
     nothing = _stages_alone(spark, root, join, point.partitions)
     progress(TWO_STAGES)
-    two = _spark_two_stages(spark, root, point.partitions)
+    two = _spark_two_stages(spark, root, point.partitions).times
     stored = None
     if floor:
         progress(STORED)
@@ -480,7 +510,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 ("Spark alone", t.floor),
                 ("the two stages alone", t.alone),
                 (TWO_STAGES, t.two_stages),
-                (STORED, t.stored),
+                (STORED, None if t.stored is None else t.stored.times),
             ):
                 if measured is not None:
                     readings.append((f"{what}: {label} per batch", runs(measured)))
@@ -509,15 +539,24 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
             )
         if fewest and t.rounds and t.alone and t.two_stages and t.stored:
             # Every round's change batches, each side's.
-            ours = [b for r, _ in t.rounds for b in r]
-            floor = median([b for _, f in t.rounds for b in f])
-            alone, two, stored = median(t.alone), median(t.two_stages), median(t.stored)
+            ours = [b for r, _ in t.rounds for b in r.times]
+            floor = median([b for _, f in t.rounds for b in f.times])
+            alone, two, stored = median(t.alone), median(t.two_stages), median(t.stored.times)
             for i, (r, f) in enumerate(t.rounds):
                 readings.append(
                     (
                         f"{what}: fixed cost, round {i + 1}: relstate, Spark alone per batch",
-                        f"{runs(r)}; {runs(f)}: {median(r) / median(f):.2f} floors",
+                        f"{runs(r.times)}; {runs(f.times)}: "
+                        f"{median(r.times) / median(f.times):.2f} floors",
                     )
+                )
+            for label, batches in (
+                ("relstate", _pooled([r for r, _ in t.rounds])),
+                ("Spark alone", _pooled([f for _, f in t.rounds])),
+                (STORED, t.stored),
+            ):
+                readings.append(
+                    (f"{what}: where a change batch's time goes, {label}", _spent(batches))
                 )
             readings.append(
                 (
@@ -547,6 +586,28 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
         description=__doc__ or "",
         comparisons=comparisons,
         readings=readings,
+    )
+
+
+def _pooled(runs: list[_Batches]) -> _Batches:
+    """Several runs' change batches as one run's."""
+    return _Batches(
+        [b for r in runs for b in r.times],
+        [b for r in runs for b in r.inside],
+        [b for r in runs for b in r.jobs],
+    )
+
+
+def _spent(batches: _Batches) -> str:
+    """Where a change batch's time goes, medians over ``batches`` (each part
+    its own median, so the parts need not add up to the whole)."""
+    whole, inside, jobs = (median(x) * 1000 for x in (batches.times, batches.inside, batches.jobs))
+    rest = median(i - j for i, j in zip(batches.inside, batches.jobs, strict=True)) * 1000
+    outside = median(t - i for t, i in zip(batches.times, batches.inside, strict=True)) * 1000
+    return (
+        f"{whole:.0f} ms a batch: {inside:.0f} in foreachBatch ({jobs:.0f} in its Spark jobs, "
+        f"their planning by Spark included; {rest:.0f} before and after them), "
+        f"{outside:.0f} outside it (Spark's micro-batch)"
     )
 
 

@@ -177,6 +177,11 @@ class FloorRun:
     batches: list[float]
     #: The rows the tasks counted, over all batches.
     rows: int
+    #: Each batch's time in the ``foreachBatch`` function, and of that in
+    #: its job: from the call that runs it (``collect``, Spark's planning of
+    #: the job's plan included) to its end.
+    inside: list[float] = field(default_factory=list)
+    jobs: list[float] = field(default_factory=list)
 
 
 def _count_rows(batches: Any) -> Any:
@@ -191,9 +196,8 @@ def spark_floor(stream: Any, key: str, partitions: int, checkpoint: str) -> Floo
     handed to Python by ``mapInArrow``, which only counts the rows (adaptive
     execution off, as in relstate's runner)."""
 
-    def each(batch: Any, batch_id: int) -> int:
-        shuffled = batch.repartition(partitions, key).mapInArrow(_count_rows, "rows long")
-        return int(sum(r[0] for r in shuffled.collect()))
+    def each(batch: Any, batch_id: int) -> Any:
+        return batch.repartition(partitions, key).mapInArrow(_count_rows, "rows long")
 
     return _floor_run(stream, checkpoint, each)
 
@@ -228,7 +232,7 @@ def spark_two_stage_floor(
     under ``stores``), loads the previous batch's version, and commits this
     batch's, with no rows written."""
 
-    def each(batch: Any, batch_id: int) -> int:
+    def each(batch: Any, batch_id: int) -> Any:
         key_type = batch.schema[key].dataType
 
         def respond(batches: Any) -> Any:
@@ -246,13 +250,11 @@ def spark_two_stage_floor(
         # The responses first in the union: the first stage's tasks are
         # the union's first partitions, so a task's partition is its
         # store's whatever the batch's own partitions.
-        counted = (
+        return (
             responses.unionByName(batch.where(f"`{key}` IS NOT NULL").select(key))
             .repartition(partitions, key)
             .mapInArrow(second, "rows long")
-            .collect()
         )
-        return int(sum(r[0] for r in counted))
 
     return _floor_run(stream, checkpoint, each)
 
@@ -288,18 +290,26 @@ def _in_a_store(
     return task
 
 
-def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any, int], int]) -> FloorRun:
-    """Run ``each`` on every batch of ``stream`` and its id through
-    ``foreachBatch`` (an ``availableNow`` trigger; adaptive execution off, as
-    in relstate's runner), timing each batch; ``each`` returns the rows it
-    counted."""
+def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any, int], Any]) -> FloorRun:
+    """Run every batch of ``stream`` through ``foreachBatch`` (an
+    ``availableNow`` trigger; adaptive execution off, as in relstate's
+    runner), timing each batch: ``each`` plans, from the batch and its id,
+    the job whose rows (one column) are the counts its tasks made, which is
+    then run."""
     counted: list[int] = []
     finished: list[float] = []
+    inside: list[float] = []
+    jobs: list[float] = []
 
     def batch_done(batch: Any, batch_id: int) -> None:
+        called = time.perf_counter()
         with without_adaptive_execution(batch.sparkSession):
-            counted.append(each(batch, batch_id))
+            job = each(batch, batch_id)
+            job_started = time.perf_counter()
+            counted.append(int(sum(r[0] for r in job.collect())))
         finished.append(time.perf_counter())
+        jobs.append(finished[-1] - job_started)
+        inside.append(finished[-1] - called)
 
     started = time.perf_counter()
     query = (
@@ -311,7 +321,9 @@ def _floor_run(stream: Any, checkpoint: str, each: Callable[[Any, int], int]) ->
     query.awaitTermination()
     seconds = time.perf_counter() - started
     ends = [started, *finished]
-    return FloorRun(seconds, [b - a for a, b in itertools.pairwise(ends)], sum(counted))
+    return FloorRun(
+        seconds, [b - a for a, b in itertools.pairwise(ends)], sum(counted), inside, jobs
+    )
 
 
 def runs(seconds: Sequence[float]) -> str:

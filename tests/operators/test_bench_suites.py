@@ -180,8 +180,8 @@ class TestFkJoinSuite:
                 assert not (root / checkpoint).exists(), f"{name} ran on an old checkpoint"
                 (root / checkpoint).mkdir(parents=True)
                 calls.append(name)
-                times = [seconds + len(calls)] * 2
-                return (1.0, times) if name == "relstate" else times
+                batches = suite._Batches([seconds + len(calls)] * 2, [0.5] * 2, [0.25] * 2)
+                return (1.0, batches) if name == "relstate" else batches
 
             return run
 
@@ -189,15 +189,35 @@ class TestFkJoinSuite:
         monkeypatch.setattr(suite, "_spark_floor", side("floor", 100.0, "floor-checkpoint"))
         monkeypatch.setattr(suite, "_baseline", lambda *a: [9.0, 9.0])
         monkeypatch.setattr(suite, "_stages_alone", lambda *a: [2.0, 2.0])
-        monkeypatch.setattr(suite, "_spark_two_stages", lambda *a, **k: [3.0, 3.0])
+        two = suite._Batches([3.0, 3.0], [0.5, 0.5], [0.25, 0.25])
+        monkeypatch.setattr(suite, "_spark_two_stages", lambda *a, **k: two)
         point = suite._QUICK.warmup_point()
         unused: Any = None  # the session and the join: every side is a stand-in
         times = suite._measure(unused, tmp_path / "point", unused, point, print, floor=True)
         assert calls == ["relstate", "floor", "floor", "relstate", "relstate", "floor"]
         assert times.rounds is not None and len(times.rounds) == suite.FIXED_ROUNDS == 3
-        assert times.rounds[0] == (times.relstate, times.floor)
-        assert [r for r, _ in times.rounds] == [[1.0, 1.0], [4.0, 4.0], [5.0, 5.0]]
-        assert [f for _, f in times.rounds] == [[102.0] * 2, [103.0] * 2, [106.0] * 2]
+        assert (times.rounds[0][0].times, times.rounds[0][1].times) == (
+            times.relstate,
+            times.floor,
+        )
+        assert [r.times for r, _ in times.rounds] == [[1.0, 1.0], [4.0, 4.0], [5.0, 5.0]]
+        assert [f.times for _, f in times.rounds] == [[102.0] * 2, [103.0] * 2, [106.0] * 2]
+
+    def test_where_a_batch_goes_reads_medians_of_each_part(self) -> None:
+        """The fixed cost's breakdown reads each part as its own median over
+        the batches, in milliseconds: the batch, its time in foreachBatch,
+        there in its jobs and the rest, and outside foreachBatch."""
+        from operators._bench.suite_fkjoin import _Batches, _pooled, _spent
+
+        runs = [
+            _Batches([1.0, 0.8], [0.6, 0.5], [0.4, 0.4]),
+            _Batches([0.9], [0.5], [0.3]),
+        ]
+        assert _spent(_pooled(runs)) == (
+            "900 ms a batch: 500 in foreachBatch (400 in its Spark jobs, their planning "
+            "by Spark included; 200 before and after them), 400 outside it (Spark's "
+            "micro-batch)"
+        )
 
     @pytest.mark.spark
     def test_output_check_compares_with_the_baseline(self, spark: Any, tmp_path: Path) -> None:
@@ -359,7 +379,8 @@ class TestSparkFloor:
     @pytest.mark.spark
     def test_counts_every_row_and_times_each_batch(self, spark: Any, tmp_path: Path) -> None:
         """The Spark-alone floor runs one batch per file, hands every row to
-        Python (counted) and times each batch."""
+        Python (counted) and times each batch, its time in foreachBatch and,
+        within that, in its job."""
         from operators._bench.versus import spark_floor
 
         frames = [spark.range(i * 10, i * 10 + 10) for i in range(3)]
@@ -368,6 +389,11 @@ class TestSparkFloor:
         assert floor.rows == 30
         assert len(floor.batches) == 3 and all(t > 0 for t in floor.batches)
         assert floor.seconds >= sum(floor.batches)
+        # Each batch's job within its time in foreachBatch, within the batch.
+        assert len(floor.inside) == len(floor.jobs) == 3
+        assert all(
+            0 < j <= i <= b for j, i, b in zip(floor.jobs, floor.inside, floor.batches, strict=True)
+        )
 
     @pytest.mark.spark
     def test_two_stage_floor_counts_both_stages(self, spark: Any, tmp_path: Path) -> None:

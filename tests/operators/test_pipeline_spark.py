@@ -95,7 +95,8 @@ class TestTwoStages:
         batches of random changelogs, in one query: every batch's output
         equals the harness run of the same pipeline row for row, the batch
         ran as one Spark job (the join, read by the revenue stage alone, runs
-        in its job), and the two stages run as two queries (the second
+        in its job) that took part of the batch's time in the driver
+        (``jobs_ms`` within ``duration_ms``), and the two stages run as two queries (the second
         reading the first's output as a stream) give the same output batch
         by batch."""
         work = changes(seed=5, batches=4)
@@ -110,6 +111,7 @@ class TestTwoStages:
         }
         assert jobs == {"join": 0, "revenue": len(work)}
         assert query.last_metrics["numOutputRows"] == sum(got[-1].values())
+        assert all(0 < b["jobs_ms"] <= b["duration_ms"] for b in query.history)
 
         # The same two stages as two queries, the second reading the first's output.
         first = Pipeline()
