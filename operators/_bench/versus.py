@@ -180,8 +180,8 @@ class FloorRun:
     #: Each batch's time in the ``foreachBatch`` function, and of that in
     #: its job: from the call that runs it (``collect``, Spark's planning of
     #: the job's plan included) to its end.
-    inside: list[float] = field(default_factory=list)
-    jobs: list[float] = field(default_factory=list)
+    inside: list[float]
+    jobs: list[float]
 
 
 def _count_rows(batches: Any) -> Any:
