@@ -539,8 +539,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
             )
         if fewest and t.rounds and t.alone and t.two_stages and t.stored:
             # Every round's change batches, each side's.
-            ours = [b for r, _ in t.rounds for b in r.times]
-            floor = median([b for _, f in t.rounds for b in f.times])
+            pooled = _pooled([r for r, _ in t.rounds]), _pooled([f for _, f in t.rounds])
+            ours, floor = pooled[0].times, median(pooled[1].times)
             alone, two, stored = median(t.alone), median(t.two_stages), median(t.stored.times)
             for i, (r, f) in enumerate(t.rounds):
                 readings.append(
@@ -551,8 +551,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                     )
                 )
             for label, batches in (
-                ("relstate", _pooled([r for r, _ in t.rounds])),
-                ("Spark alone", _pooled([f for _, f in t.rounds])),
+                ("relstate", pooled[0]),
+                ("Spark alone", pooled[1]),
                 (STORED, t.stored),
             ):
                 readings.append(
