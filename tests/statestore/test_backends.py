@@ -12,6 +12,7 @@ from statestore import (
     LockHeldError,
     MemoryBackend,
     RocksDBBackend,
+    RocksDBConfig,
     StateStoreError,
 )
 from statestore._rocksdb import INGEST_AT
@@ -106,6 +107,23 @@ class TestRocksDBBackend:
             _fill(db)
         with RocksDBBackend(tmp_path / "db") as db:
             assert db.get(bytes([1, 5])) == b"v5"
+
+    def test_reopening_keeps_the_info_logs_bounded(self, tmp_path: Path) -> None:
+        """RocksDB starts an info log at every open: a directory opened again
+        and again (as a task opens its partition's every batch) keeps
+        ``info_log_files`` of them, not one per open."""
+        config = RocksDBConfig(info_log_files=2)
+        for _ in range(6):
+            RocksDBBackend(tmp_path / "db", config).close()
+        logs = sorted(p.name for p in (tmp_path / "db").iterdir() if p.name.startswith("LOG"))
+        assert len(logs) == 2, logs
+        assert "LOG" in logs
+
+    def test_a_config_without_info_logs_is_refused(self) -> None:
+        """RocksDB needs one info log at least: zero is refused when the
+        config is made, before any database is opened with it."""
+        with pytest.raises(ValueError, match="info_log_files"):
+            RocksDBConfig(info_log_files=0)
 
     def test_iterator_outlives_garbage_collection(self, tmp_path: Path) -> None:
         """An iterator keeps its upper bound alive (rocksdict does not copy it)."""
