@@ -30,12 +30,14 @@ batch (two stages, each a shuffle into Python, a store opened and committed
 per task) against one Spark-alone floor on the same files: Spark's
 micro-batch with ``foreachBatch``, the batch shuffled by key into
 ``mapInArrow``, which only counts the rows. The goal is at most 1.5 floors,
-so that comparison's baseline is 1.5 times the floor. Both sides run
-``FIXED_ROUNDS`` times over the same files, alternating which goes first,
-each on a new checkpoint, and the comparison is of the medians over every
-round's change batches: one run of each, one after the other, moved
-between runs of the suite on one machine by more than the goal's margin.
-Each round's reading is listed, and where a change batch's time goes on
+so that comparison's baseline is 1.5 times the floor. Both sides, and the
+three readings below that bound the fixed cost, run in ``FIXED_ROUNDS``
+rounds over the same files, each round in the reverse order of the one
+before, each run on a new checkpoint; each reading is of its side's
+median over every round's change batches. One run of each, one after the
+other, moved between runs of the suite on one machine by more than the
+goal's margin. Each round's readings are listed, in floors of that round's
+floor, and where a change batch's time goes on
 each side, relstate's and the Spark-alone floor's over every round, and
 Spark alone in the two stages' shape with a store per task (below): its
 time in the ``foreachBatch`` function, and there in its Spark jobs (from the
@@ -105,8 +107,8 @@ RIGHT = pa.schema([("rid", pa.int64()), ("rval", pa.string())])
 BASELINE = "Spark batch join of the full tables"
 #: The fixed cost's goal: at most this many Spark-alone floors per batch.
 FLOORS = 1.5
-#: Runs of relstate and of the Spark-alone floor, alternating, at the fixed
-#: cost's point.
+#: Rounds of relstate, the Spark-alone floor and the ceilings at the fixed
+#: cost's point, each round in the reverse order of the one before.
 FIXED_ROUNDS = 3
 FLOOR = f"{FLOORS} x Spark alone: foreachBatch, shuffle into mapInArrow"
 #: Spark with no relstate in the shape of the join's two stages.
@@ -161,27 +163,40 @@ class _Batches:
 
 
 @dataclass(frozen=True)
+class _Round:
+    """One round at the fixed cost's point: each side's change batches."""
+
+    relstate: _Batches
+    floor: _Batches
+    #: The two stages doing nothing; Spark alone in their shape, and in it
+    #: with a store per task.
+    alone: list[float]
+    two_stages: list[float]
+    stored: _Batches
+
+
+@dataclass(frozen=True)
 class _Times:
     """One run's initial load, and each change batch, on each side."""
 
     load: float
     relstate: list[float]
     baseline: list[float]
-    #: Each change batch through the two stages doing nothing, where measured.
+    #: Each change batch through the two stages doing nothing, where measured
+    #: (over every round, at the fixed cost's point).
     alone: list[float] | None = None
     #: Each change batch's time through Spark alone in the two stages'
     #: shape, and in it with a store per task, where they were measured.
     two_stages: list[float] | None = None
     stored: _Batches | None = None
-    #: Where the fixed cost is read: each round's change batches through
-    #: relstate and through the Spark-alone floor, the first round's
-    #: relstate batches being ``relstate``.
-    rounds: list[tuple[_Batches, _Batches]] | None = None
+    #: Where the fixed cost is read: every side's change batches, round by
+    #: round, the first round's relstate batches being ``relstate``.
+    rounds: list[_Round] | None = None
 
     @property
     def floor(self) -> list[float] | None:
         """The first round's Spark-alone floor, where it was measured."""
-        return None if self.rounds is None else self.rounds[0][1].times
+        return None if self.rounds is None else self.rounds[0].floor.times
 
 
 _FULL = _Plan(
@@ -406,9 +421,10 @@ def _measure(
 ) -> _Times:
     """Run ``point``'s changelogs through relstate and the baseline, in that
     order or (not ``relstate_first``) the other; then, with ``floor``, the
-    Spark-alone floor; with ``floor`` or ``stages``, the two stages doing
-    nothing and Spark alone in the two stages' shape. ``progress`` hears
-    which one starts."""
+    Spark-alone floor and the three ceilings, in :data:`FIXED_ROUNDS` rounds
+    (:func:`_round`; the first takes relstate's run above); with ``stages``
+    alone, the two stages doing nothing and Spark alone in the two stages'
+    shape, once. ``progress`` hears which one starts."""
     n = point.sizes[0]
     shutil.rmtree(root, ignore_errors=True)
     lefts, rights = _changelogs(n, point, seed=n)
@@ -425,31 +441,76 @@ def _measure(
     ours = first_round.times
     if not (floor or stages):
         return _Times(load, ours, theirs)
-    rounds = None
-    if floor:
-        progress("Spark alone")
-        rounds = [(first_round, _spark_floor(spark, root, point.partitions))]
-        for r in range(1, FIXED_ROUNDS):
-            progress(f"fixed cost, round {r + 1} of {FIXED_ROUNDS}")
-            for path in ("ck", "out", "floor-checkpoint"):
-                shutil.rmtree(root / path, ignore_errors=True)
-            # The floor first in every other round: the first ran relstate first.
-            if r % 2:
-                alone_round = _spark_floor(spark, root, point.partitions)
-                ours_round = _relstate(spark, root, join, point.partitions)[1]
-            else:
-                ours_round = _relstate(spark, root, join, point.partitions)[1]
-                alone_round = _spark_floor(spark, root, point.partitions)
-            rounds.append((ours_round, alone_round))
-    progress("the two stages alone")
-    nothing = _stages_alone(spark, root, join, point.partitions)
-    progress(TWO_STAGES)
-    two = _spark_two_stages(spark, root, point.partitions).times
-    stored = None
-    if floor:
-        progress(STORED)
-        stored = _spark_two_stages(spark, root, point.partitions, stores=True)
-    return _Times(load, ours, theirs, nothing, two, stored, rounds)
+    if not floor:
+        progress("the two stages alone")
+        nothing = _stages_alone(spark, root, join, point.partitions)
+        progress(TWO_STAGES)
+        two = _spark_two_stages(spark, root, point.partitions).times
+        return _Times(load, ours, theirs, nothing, two)
+    rounds = [
+        _round(spark, root, join, point.partitions, progress, 0, first_round),
+        *(_round(spark, root, join, point.partitions, progress, r) for r in range(1, FIXED_ROUNDS)),
+    ]
+    return _Times(
+        load,
+        ours,
+        theirs,
+        [b for r in rounds for b in r.alone],
+        [b for r in rounds for b in r.two_stages],
+        _pooled([r.stored for r in rounds]),
+        rounds,
+    )
+
+
+def _round(
+    spark: SparkSession,
+    root: Path,
+    join: FkJoin,
+    partitions: int,
+    progress: Callable[[str], None],
+    number: int,
+    relstate: _Batches | None = None,
+) -> _Round:
+    """Round ``number`` at the fixed cost's point: relstate (unless its
+    batches are given, the first round's), the Spark-alone floor and the
+    three ceilings, each on a new checkpoint. Every other round runs them in
+    the reverse order, so no side always runs after the same one."""
+    sides: dict[str, Callable[[], Any]] = {
+        "relstate": lambda: _relstate(spark, root, join, partitions)[1],
+        "Spark alone": lambda: _spark_floor(spark, root, partitions),
+        "the two stages alone": lambda: _stages_alone(spark, root, join, partitions),
+        TWO_STAGES: lambda: _spark_two_stages(spark, root, partitions).times,
+        STORED: lambda: _spark_two_stages(spark, root, partitions, stores=True),
+    }
+    order = list(sides) if number % 2 == 0 else list(reversed(sides))
+    got: dict[str, Any] = {}
+    if relstate is not None:
+        got["relstate"] = relstate
+        order.remove("relstate")
+    for name in order:
+        progress(
+            name if number == 0 else f"fixed cost, round {number + 1} of {FIXED_ROUNDS}: {name}"
+        )
+        for path in _CHECKPOINTS[name]:
+            shutil.rmtree(root / path, ignore_errors=True)
+        got[name] = sides[name]()
+    return _Round(
+        got["relstate"],
+        got["Spark alone"],
+        got["the two stages alone"],
+        got[TWO_STAGES],
+        got[STORED],
+    )
+
+
+#: What each side of a round writes under the point's directory.
+_CHECKPOINTS = {
+    "relstate": ("ck", "out"),
+    "Spark alone": ("floor-checkpoint",),
+    "the two stages alone": ("alone-ck", "alone"),
+    TWO_STAGES: ("two-stage-checkpoint",),
+    STORED: ("stored-checkpoint", "stored-state"),
+}
 
 
 def _scaled(scale: int) -> _Plan:
@@ -539,15 +600,19 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
             )
         if fewest and t.rounds and t.alone and t.two_stages and t.stored:
             # Every round's change batches, each side's.
-            pooled = _pooled([r for r, _ in t.rounds]), _pooled([f for _, f in t.rounds])
+            pooled = _pooled([r.relstate for r in t.rounds]), _pooled([r.floor for r in t.rounds])
             ours, floor = pooled[0].times, median(pooled[1].times)
             alone, two, stored = median(t.alone), median(t.two_stages), median(t.stored.times)
-            for i, (r, f) in enumerate(t.rounds):
+            for i, r in enumerate(t.rounds):
+                one = median(r.floor.times)
                 readings.append(
                     (
                         f"{what}: fixed cost, round {i + 1}: relstate, Spark alone per batch",
-                        f"{runs(r.times)}; {runs(f.times)}: "
-                        f"{median(r.times) / median(f.times):.2f} floors",
+                        f"{runs(r.relstate.times)}; {runs(r.floor.times)}: "
+                        f"{median(r.relstate.times) / one:.2f} floors; in the same round, the "
+                        f"two stages doing nothing {median(r.alone) / one:.2f}, {TWO_STAGES} "
+                        f"{median(r.two_stages) / one:.2f}, {STORED} "
+                        f"{median(r.stored.times) / one:.2f}",
                     )
                 )
             for label, batches in (
@@ -560,8 +625,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 )
             readings.append(
                 (
-                    f"{what}: fixed cost, in Spark-alone floors (medians over "
-                    f"{len(t.rounds)} rounds)",
+                    f"{what}: fixed cost, in Spark-alone floors (each side's median "
+                    f"over {len(t.rounds)} rounds)",
                     f"the join {median(ours) / floor:.2f}; the two stages doing nothing "
                     f"{alone / floor:.2f} (the least the join's could be); {TWO_STAGES} "
                     f"{two / floor:.2f} (the least any two-stage design's could be); "

@@ -165,22 +165,28 @@ class TestFkJoinSuite:
         ]
         assert sorted(p.left_changes for p in sweep) == [p.left_changes for p in sweep]
 
-    def test_fixed_cost_alternates_rounds_of_relstate_and_the_floor(
+    def test_fixed_cost_alternates_rounds_of_every_side(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """At the fixed cost's point, relstate and the Spark-alone floor run
-        FIXED_ROUNDS times, alternating which goes first, each run on a new
-        checkpoint, and every round's change batches are kept."""
+        """At the fixed cost's point, relstate, the Spark-alone floor and the
+        three ceilings run FIXED_ROUNDS times, each round in the reverse
+        order of the one before, each run on a new checkpoint; every round's
+        change batches are kept, and each ceiling's are pooled over the
+        rounds."""
         from operators._bench import suite_fkjoin as suite
 
         calls: list[str] = []
 
-        def side(name: str, seconds: float, checkpoint: str) -> Callable[..., Any]:
+        def side(name: str, seconds: float, checkpoint: str, plain: bool = False) -> Any:
             def run(spark: Any, root: Path, *args: Any, **kwargs: Any) -> Any:
-                assert not (root / checkpoint).exists(), f"{name} ran on an old checkpoint"
-                (root / checkpoint).mkdir(parents=True)
-                calls.append(name)
+                called = "stored" if kwargs.get("stores") else name
+                path = "stored-checkpoint" if kwargs.get("stores") else checkpoint
+                assert not (root / path).exists(), f"{called} ran on an old checkpoint"
+                (root / path).mkdir(parents=True)
+                calls.append(called)
                 batches = suite._Batches([seconds + len(calls)] * 2, [0.5] * 2, [0.25] * 2)
+                if plain:
+                    return batches.times
                 return (1.0, batches) if name == "relstate" else batches
 
             return run
@@ -188,20 +194,25 @@ class TestFkJoinSuite:
         monkeypatch.setattr(suite, "_relstate", side("relstate", 0.0, "ck"))
         monkeypatch.setattr(suite, "_spark_floor", side("floor", 100.0, "floor-checkpoint"))
         monkeypatch.setattr(suite, "_baseline", lambda *a: [9.0, 9.0])
-        monkeypatch.setattr(suite, "_stages_alone", lambda *a: [2.0, 2.0])
-        two = suite._Batches([3.0, 3.0], [0.5, 0.5], [0.25, 0.25])
-        monkeypatch.setattr(suite, "_spark_two_stages", lambda *a, **k: two)
+        monkeypatch.setattr(suite, "_stages_alone", side("alone", 200.0, "alone-ck", plain=True))
+        monkeypatch.setattr(suite, "_spark_two_stages", side("two", 300.0, "two-stage-checkpoint"))
         point = suite._QUICK.warmup_point()
         unused: Any = None  # the session and the join: every side is a stand-in
         times = suite._measure(unused, tmp_path / "point", unused, point, print, floor=True)
-        assert calls == ["relstate", "floor", "floor", "relstate", "relstate", "floor"]
+        forward = ["relstate", "floor", "alone", "two", "stored"]
+        assert calls == [*forward, *reversed(forward), *forward]
         assert times.rounds is not None and len(times.rounds) == suite.FIXED_ROUNDS == 3
-        assert (times.rounds[0][0].times, times.rounds[0][1].times) == (
+        assert (times.rounds[0].relstate.times, times.rounds[0].floor.times) == (
             times.relstate,
             times.floor,
         )
-        assert [r.times for r, _ in times.rounds] == [[1.0, 1.0], [4.0, 4.0], [5.0, 5.0]]
-        assert [f.times for _, f in times.rounds] == [[102.0] * 2, [103.0] * 2, [106.0] * 2]
+        assert [r.relstate.times for r in times.rounds] == [[1.0] * 2, [10.0] * 2, [11.0] * 2]
+        assert [r.floor.times for r in times.rounds] == [[102.0] * 2, [109.0] * 2, [112.0] * 2]
+        assert times.alone == [203.0] * 2 + [208.0] * 2 + [213.0] * 2
+        assert times.two_stages == [304.0] * 2 + [307.0] * 2 + [314.0] * 2
+        assert times.stored is not None and times.stored.times == (
+            [305.0] * 2 + [306.0] * 2 + [315.0] * 2
+        )
 
     def test_where_a_batch_goes_reads_medians_of_each_part(self) -> None:
         """The fixed cost's breakdown reads each part as its own median over
