@@ -49,9 +49,9 @@ it from below. The two stages doing nothing: the same two stages through the
 runner with operators that keep and emit nothing, the least the join's fixed
 cost could be. Spark alone, two stages: Spark with no relstate in the join's
 shape, in the cheapest shape Spark runs it, one job per micro-batch over the
-same files: a ``foreachBatch`` that reads the batch twice, uncached, shuffles
-both sides by the FK into ``mapInArrow`` tasks that emit one row per left row (a
-stand-in for a response), and those rows with the batch's left rows, in the
+same files: a ``foreachBatch`` that reads the batch once, shuffles both sides
+by the FK into ``mapInArrow`` tasks that emit one row per left row (a
+stand-in for a response) and pass each left row on, and those rows, in the
 same job, by K into ``mapInArrow`` tasks that only count: the least any
 two-stage design's fixed cost could be on Spark. Spark alone, two stages, a
 store per task: the same shape, each task of both stages opening its

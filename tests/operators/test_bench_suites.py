@@ -409,8 +409,8 @@ class TestSparkFloor:
     @pytest.mark.spark
     def test_two_stage_floor_counts_both_stages(self, spark: Any, tmp_path: Path) -> None:
         """Spark alone in the two stages' shape, one job a batch: its second
-        stage counts each row with a key and one response per such row from
-        the first stage, one batch per file."""
+        stage counts, from the first stage, each row with a key (passed on)
+        and one response per such row, one batch per file."""
         from operators._bench.versus import spark_two_stage_floor
 
         # Ten rows with a key (left rows) and five without (right rows).
