@@ -182,16 +182,35 @@ class _Times:
     load: float
     relstate: list[float]
     baseline: list[float]
-    #: Each change batch through the two stages doing nothing, where measured
-    #: (over every round, at the fixed cost's point).
-    alone: list[float] | None = None
-    #: Each change batch's time through Spark alone in the two stages'
-    #: shape, and in it with a store per task, where they were measured.
-    two_stages: list[float] | None = None
-    stored: _Batches | None = None
+    #: Where measured once (the size the sweep holds): each change batch
+    #: through the two stages doing nothing, and through Spark alone in the
+    #: two stages' shape.
+    once: tuple[list[float], list[float]] | None = None
     #: Where the fixed cost is read: every side's change batches, round by
     #: round, the first round's relstate batches being ``relstate``.
     rounds: list[_Round] | None = None
+
+    @property
+    def alone(self) -> list[float] | None:
+        """Each change batch through the two stages doing nothing, over
+        every round where there are rounds."""
+        if self.rounds is not None:
+            return [b for r in self.rounds for b in r.alone]
+        return None if self.once is None else self.once[0]
+
+    @property
+    def two_stages(self) -> list[float] | None:
+        """Each change batch through Spark alone in the two stages' shape,
+        over every round where there are rounds."""
+        if self.rounds is not None:
+            return [b for r in self.rounds for b in r.two_stages]
+        return None if self.once is None else self.once[1]
+
+    @property
+    def stored(self) -> _Batches | None:
+        """The same with a store per task, over every round (measured only
+        in the rounds)."""
+        return None if self.rounds is None else _pooled([r.stored for r in self.rounds])
 
     @property
     def floor(self) -> list[float] | None:
@@ -446,20 +465,12 @@ def _measure(
         nothing = _stages_alone(spark, root, join, point.partitions)
         progress(TWO_STAGES)
         two = _spark_two_stages(spark, root, point.partitions).times
-        return _Times(load, ours, theirs, nothing, two)
+        return _Times(load, ours, theirs, (nothing, two))
     rounds = [
         _round(spark, root, join, point.partitions, progress, 0, first_round),
         *(_round(spark, root, join, point.partitions, progress, r) for r in range(1, FIXED_ROUNDS)),
     ]
-    return _Times(
-        load,
-        ours,
-        theirs,
-        [b for r in rounds for b in r.alone],
-        [b for r in rounds for b in r.two_stages],
-        _pooled([r.stored for r in rounds]),
-        rounds,
-    )
+    return _Times(load, ours, theirs, rounds=rounds)
 
 
 def _round(
@@ -598,11 +609,14 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                     ceiling(baseline, two, "any two-stage design"),
                 )
             )
-        if fewest and t.rounds and t.alone and t.two_stages and t.stored:
+        if fewest and t.rounds:
             # Every round's change batches, each side's.
-            pooled = _pooled([r.relstate for r in t.rounds]), _pooled([r.floor for r in t.rounds])
-            ours, floor = pooled[0].times, median(pooled[1].times)
-            alone, two, stored = median(t.alone), median(t.two_stages), median(t.stored.times)
+            ours = _pooled([r.relstate for r in t.rounds])
+            floors = _pooled([r.floor for r in t.rounds])
+            stores = _pooled([r.stored for r in t.rounds])
+            floor = median(floors.times)
+            alone = median(b for r in t.rounds for b in r.alone)
+            two = median(b for r in t.rounds for b in r.two_stages)
             for i, r in enumerate(t.rounds):
                 one = median(r.floor.times)
                 readings.append(
@@ -616,9 +630,9 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                     )
                 )
             for label, batches in (
-                ("relstate", pooled[0]),
-                ("Spark alone", pooled[1]),
-                (STORED, t.stored),
+                ("relstate", ours),
+                ("Spark alone", floors),
+                (STORED, stores),
             ):
                 readings.append(
                     (f"{what}: where a change batch's time goes, {label}", _spent(batches))
@@ -627,10 +641,10 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 (
                     f"{what}: fixed cost, in Spark-alone floors (each side's median "
                     f"over {len(t.rounds)} rounds)",
-                    f"the join {median(ours) / floor:.2f}; the two stages doing nothing "
+                    f"the join {median(ours.times) / floor:.2f}; the two stages doing nothing "
                     f"{alone / floor:.2f} (the least the join's could be); {TWO_STAGES} "
                     f"{two / floor:.2f} (the least any two-stage design's could be); "
-                    f"{STORED} {stored / floor:.2f} (the least any two-stage design "
+                    f"{STORED} {median(stores.times) / floor:.2f} (the least any two-stage design "
                     f"that keeps its state in relstate's stores could be); goal {FLOORS}",
                 )
             )
@@ -638,7 +652,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 Comparison(
                     f"fixed cost: {n:,} left rows, {changes:,} changes per batch",
                     changes,
-                    median(ours),
+                    median(ours.times),
                     FLOORS * floor,
                     FLOOR,
                     goal=1.0,
