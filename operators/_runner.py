@@ -611,7 +611,7 @@ class _Driver:
         ordering = None
         if ordered:
             ordering = [SIDE] if stage.sides_in_turn and several else []
-            ordering.extend(_in_sequence(kinds))
+            ordering.extend(in_sequence(kinds))
         return _StageInput(parts, by, ordering, plan.partitions)
 
     def _record(
@@ -668,7 +668,7 @@ def stage_progress(progress: Any) -> list[dict[str, Any]]:
     return driver.stage_progress(int(progress.batchId))
 
 
-def _in_sequence(kinds: bool) -> list[str]:
+def in_sequence(kinds: bool) -> list[str]:
     """How a partition's rows are ordered: by sequence, and at one sequence
     number retractions (``-U``, ``-D``) before accumulations (``+I``, ``+U``),
     so that an update's ``-U``/``+U`` pair sharing its number applies in order.

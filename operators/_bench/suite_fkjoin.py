@@ -31,7 +31,7 @@ per task) against one Spark-alone floor on the same files: Spark's
 micro-batch with ``foreachBatch``, the batch shuffled by key into
 ``mapInArrow``, which only counts the rows. The goal is at most 1.5 floors,
 so that comparison's baseline is 1.5 times the floor. Both sides, and the
-three readings below that bound the fixed cost, run in ``FIXED_ROUNDS``
+four readings below that bound the fixed cost, run in ``FIXED_ROUNDS``
 rounds over the same files, each round in the reverse order of the one
 before, each run on a new checkpoint; each reading is of its side's
 median over every round's change batches. One run of each, one after the
@@ -44,7 +44,7 @@ time in the ``foreachBatch`` function, and there in its Spark jobs (from the
 call that runs each, Spark's planning of the job's plan included) and
 before and after them (for relstate: planning its stages, and recording the
 batch), and its time outside that function (Spark's own micro-batch: the
-offsets, the source's files, the commit). Three readings bound
+offsets, the source's files, the commit). Four readings bound
 it from below. The two stages doing nothing: the same two stages through the
 runner with operators that keep and emit nothing, the least the join's fixed
 cost could be. Spark alone, two stages: Spark with no relstate in the join's
@@ -59,7 +59,12 @@ partition's state store, loading the previous batch's version and committing
 this batch's with nothing written (what every task of an operator whose
 state lives in relstate's stores does, since Spark's Python workers keep no
 partition from one batch to the next): the least any two-stage design on
-relstate's stores could cost. The two stages doing nothing and Spark alone,
+relstate's stores could cost. The same, ordered by Spark: that shape again,
+Spark ordering each stage's partition before its tasks read it, as the
+runner orders a changelog's rows (the first stage's by sequence number,
+retractions first; the second's by side, then the order the first stage
+emitted them in): the least such a design could cost that leaves the
+ordering to Spark. The two stages doing nothing and Spark alone,
 two stages also run at the table size the sweep holds, with the sizes'
 changes per batch, against the baseline there: the most the join's speed-up
 could be at that point on this runner, and on Spark with two stages, were
@@ -115,6 +120,8 @@ FLOOR = f"{FLOORS} x Spark alone: foreachBatch, shuffle into mapInArrow"
 TWO_STAGES = "Spark alone, two stages"
 #: The same, each task opening and committing an empty state store.
 STORED = "Spark alone, two stages, a store per task"
+#: The same again, Spark ordering each stage's input as the runner does.
+ORDERED = "the same, ordered by Spark"
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,8 @@ class _Round:
     alone: list[float]
     two_stages: list[float]
     stored: _Batches
+    #: Spark alone with a store per task, each stage's input ordered.
+    ordered: _Batches
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,12 @@ class _Times:
         """The same with a store per task, over every round (measured only
         in the rounds)."""
         return None if self.rounds is None else _pooled([r.stored for r in self.rounds])
+
+    @property
+    def ordered(self) -> _Batches | None:
+        """The same, each stage's input ordered by Spark, over every round
+        (measured only in the rounds)."""
+        return None if self.rounds is None else _pooled([r.ordered for r in self.rounds])
 
     @property
     def floor(self) -> list[float] | None:
@@ -304,23 +319,32 @@ def _spark_floor(spark: SparkSession, root: Path, partitions: int) -> _Batches:
 
 
 def _spark_two_stages(
-    spark: SparkSession, root: Path, partitions: int, stores: bool = False
+    spark: SparkSession, root: Path, partitions: int, stores: bool = False, ordered: bool = False
 ) -> _Batches:
     """Each change batch's time through Spark alone in the shape of the
     join's two stages (:func:`~operators._bench.versus.spark_two_stage_floor`)
     over the same files: both sides by the FK, one response per left row,
     then the left rows and the responses by K. With ``stores``, each task
-    opens, loads and commits a state store that holds nothing."""
+    opens, loads and commits a state store that holds nothing; with
+    ``ordered``, Spark orders each stage's input by the changelogs'
+    sequence numbers and row kinds, as the runner does."""
     from pyspark.sql import functions as F
 
     left, right = _streams(spark, root)
-    stream = left.select("id", "fk").unionByName(
-        right.select(F.lit(None).cast("long").alias("id"), F.col("rid").alias("fk"))
+    kept = ["seq AS __seq", "row_kind"] if ordered else []
+    stream = left.selectExpr("id", "fk", *kept).unionByName(
+        right.select(
+            F.lit(None).cast("long").alias("id"),
+            F.col("rid").alias("fk"),
+            *[F.expr(k) for k in kept],
+        )
     )
-    name = "stored" if stores else "two-stage"
+    name = "ordered" if ordered else "stored" if stores else "two-stage"
     checkpoint = str(root / f"{name}-checkpoint")
     state = str(root / f"{name}-state") if stores else None
-    return _changes(spark_two_stage_floor(stream, "fk", "id", partitions, checkpoint, state))
+    return _changes(
+        spark_two_stage_floor(stream, "fk", "id", partitions, checkpoint, state, ordered)
+    )
 
 
 def _changes(run: FloorRun) -> _Batches:
@@ -492,6 +516,7 @@ def _round(
         "the two stages alone": lambda: _stages_alone(spark, root, join, partitions),
         TWO_STAGES: lambda: _spark_two_stages(spark, root, partitions).times,
         STORED: lambda: _spark_two_stages(spark, root, partitions, stores=True),
+        ORDERED: lambda: _spark_two_stages(spark, root, partitions, stores=True, ordered=True),
     }
     order = list(sides) if number % 2 == 0 else list(reversed(sides))
     got: dict[str, Any] = {}
@@ -511,6 +536,7 @@ def _round(
         got["the two stages alone"],
         got[TWO_STAGES],
         got[STORED],
+        got[ORDERED],
     )
 
 
@@ -521,6 +547,7 @@ _CHECKPOINTS = {
     "the two stages alone": ("alone-ck", "alone"),
     TWO_STAGES: ("two-stage-checkpoint",),
     STORED: ("stored-checkpoint", "stored-state"),
+    ORDERED: ("ordered-checkpoint", "ordered-state"),
 }
 
 
@@ -583,6 +610,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 ("the two stages alone", t.alone),
                 (TWO_STAGES, t.two_stages),
                 (STORED, None if t.stored is None else t.stored.times),
+                (ORDERED, None if t.ordered is None else t.ordered.times),
             ):
                 if measured is not None:
                     readings.append((f"{what}: {label} per batch", runs(measured)))
@@ -614,6 +642,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
             ours = _pooled([r.relstate for r in t.rounds])
             floors = _pooled([r.floor for r in t.rounds])
             stores = _pooled([r.stored for r in t.rounds])
+            ordered = _pooled([r.ordered for r in t.rounds])
             floor = median(floors.times)
             alone = median(b for r in t.rounds for b in r.alone)
             two = median(b for r in t.rounds for b in r.two_stages)
@@ -626,13 +655,15 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                         f"{median(r.relstate.times) / one:.2f} floors; in the same round, the "
                         f"two stages doing nothing {median(r.alone) / one:.2f}, {TWO_STAGES} "
                         f"{median(r.two_stages) / one:.2f}, {STORED} "
-                        f"{median(r.stored.times) / one:.2f}",
+                        f"{median(r.stored.times) / one:.2f}, {ORDERED} "
+                        f"{median(r.ordered.times) / one:.2f}",
                     )
                 )
             for label, batches in (
                 ("relstate", ours),
                 ("Spark alone", floors),
                 (STORED, stores),
+                (f"{STORED}, ordered by Spark", ordered),
             ):
                 readings.append(
                     (f"{what}: where a change batch's time goes, {label}", _spent(batches))
@@ -645,7 +676,9 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                     f"{alone / floor:.2f} (the least the join's could be); {TWO_STAGES} "
                     f"{two / floor:.2f} (the least any two-stage design's could be); "
                     f"{STORED} {median(stores.times) / floor:.2f} (the least any two-stage design "
-                    f"that keeps its state in relstate's stores could be); goal {FLOORS}",
+                    f"that keeps its state in relstate's stores could be); {ORDERED} "
+                    f"{median(ordered.times) / floor:.2f} (the least such a design could be "
+                    f"that has Spark order a changelog's rows); goal {FLOORS}",
                 )
             )
             comparisons.append(

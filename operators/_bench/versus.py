@@ -23,7 +23,9 @@ from encoding import TableSchema
 from operators._bench.measure import ratio_text
 from operators._bench.runner import Machine
 from operators._operator import Operator, OperatorContext
+from operators._runner import in_sequence
 from operators._spark import without_adaptive_execution
+from operators._spark_task import SEQ, SIDE
 from statestore import StateStore, StoreConfig
 
 __all__ = [
@@ -209,6 +211,7 @@ def spark_two_stage_floor(
     partitions: int,
     checkpoint: str,
     stores: str | None = None,
+    ordered: bool = False,
 ) -> FloorRun:
     """What any two-stage operator of the foreign-key join's shape pays on
     Spark alone before it does anything, as :func:`spark_floor` for one
@@ -229,28 +232,48 @@ def spark_two_stage_floor(
     as Spark's Python workers keep no partition from one batch to the next:
     it opens its partition's :class:`~statestore.StateStore` (one per stage,
     under ``stores``), loads the previous batch's version, and commits this
-    batch's, with no rows written."""
+    batch's, with no rows written.
+
+    With ``ordered`` (``stream`` has a sequence number, ``__seq``, and a
+    ``row_kind``), Spark orders each stage's partition before its tasks
+    read it, in the runner's way (:func:`~operators._runner.in_sequence`):
+    the first stage's by sequence number, retractions before accumulations
+    at one number; the second's by side (the rows passed on, then the
+    responses) and the order the first stage's tasks emitted them in."""
 
     def each(batch: Any, batch_id: int) -> Any:
+        from pyspark.sql import functions as F
+
         key_type = batch.schema[key].dataType
 
         def respond(batches: Any) -> Any:
+            emitted = 0
             for b in batches:
                 keys = b.column(key).drop_null()
                 # A response for each row with a key, and the row passed on.
-                yield pa.record_batch([pa.concat_arrays([keys, keys])], [key])
+                columns = [pa.concat_arrays([keys, keys])]
+                if ordered:  # responses are side 1, the rows passed on side 0
+                    n = len(keys)
+                    columns.append(pa.array([1] * n + [0] * n, pa.int32()))
+                    columns.append(pa.array(range(emitted, emitted + 2 * n), pa.int64()))
+                    emitted += 2 * n
+                yield pa.record_batch(columns, [key, SIDE, SEQ][: len(columns)])
 
         first: Callable[[Any], Any] = respond
         second: Callable[[Any], Any] = _count_rows
         if stores is not None:
             first = _in_a_store(respond, stores, "first", batch_id, partitions)
             second = _in_a_store(_count_rows, stores, "second", batch_id, partitions)
-        return (
-            batch.repartition(partitions, foreign_key)
-            .mapInArrow(first, f"`{key}` {key_type.simpleString()}")
-            .repartition(partitions, key)
-            .mapInArrow(second, "rows long")
-        )
+        responses = f"`{key}` {key_type.simpleString()}"
+        rows = batch.repartition(partitions, foreign_key)
+        if ordered:
+            order = [F.expr(e) for e in in_sequence(kinds=True)]
+            rows = rows.sortWithinPartitions(*order).drop(SEQ)
+            responses += f", {SIDE} int, {SEQ} long"
+        rows = rows.mapInArrow(first, responses).repartition(partitions, key)
+        if ordered:
+            rows = rows.sortWithinPartitions(SIDE, SEQ).drop(SIDE, SEQ)
+        return rows.mapInArrow(second, "rows long")
 
     return _floor_run(stream, checkpoint, each)
 

@@ -169,7 +169,7 @@ class TestFkJoinSuite:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """At the fixed cost's point, relstate, the Spark-alone floor and the
-        three ceilings run FIXED_ROUNDS times, each round in the reverse
+        four ceilings run FIXED_ROUNDS times, each round in the reverse
         order of the one before, each run on a new checkpoint; every round's
         change batches are kept, and each ceiling's are pooled over the
         rounds."""
@@ -179,8 +179,14 @@ class TestFkJoinSuite:
 
         def side(name: str, seconds: float, checkpoint: str, plain: bool = False) -> Any:
             def run(spark: Any, root: Path, *args: Any, **kwargs: Any) -> Any:
-                called = "stored" if kwargs.get("stores") else name
-                path = "stored-checkpoint" if kwargs.get("stores") else checkpoint
+                called = (
+                    "ordered"
+                    if kwargs.get("ordered")
+                    else "stored"
+                    if kwargs.get("stores")
+                    else name
+                )
+                path = checkpoint if called == name else f"{called}-checkpoint"
                 assert not (root / path).exists(), f"{called} ran on an old checkpoint"
                 (root / path).mkdir(parents=True)
                 calls.append(called)
@@ -199,19 +205,22 @@ class TestFkJoinSuite:
         point = suite._QUICK.warmup_point()
         unused: Any = None  # the session and the join: every side is a stand-in
         times = suite._measure(unused, tmp_path / "point", unused, point, print, floor=True)
-        forward = ["relstate", "floor", "alone", "two", "stored"]
+        forward = ["relstate", "floor", "alone", "two", "stored", "ordered"]
         assert calls == [*forward, *reversed(forward), *forward]
         assert times.rounds is not None and len(times.rounds) == suite.FIXED_ROUNDS == 3
         assert (times.rounds[0].relstate.times, times.rounds[0].floor.times) == (
             times.relstate,
             times.floor,
         )
-        assert [r.relstate.times for r in times.rounds] == [[1.0] * 2, [10.0] * 2, [11.0] * 2]
-        assert [r.floor.times for r in times.rounds] == [[102.0] * 2, [109.0] * 2, [112.0] * 2]
-        assert times.alone == [203.0] * 2 + [208.0] * 2 + [213.0] * 2
-        assert times.two_stages == [304.0] * 2 + [307.0] * 2 + [314.0] * 2
+        assert [r.relstate.times for r in times.rounds] == [[1.0] * 2, [12.0] * 2, [13.0] * 2]
+        assert [r.floor.times for r in times.rounds] == [[102.0] * 2, [111.0] * 2, [114.0] * 2]
+        assert times.alone == [203.0] * 2 + [210.0] * 2 + [215.0] * 2
+        assert times.two_stages == [304.0] * 2 + [309.0] * 2 + [316.0] * 2
         assert times.stored is not None and times.stored.times == (
-            [305.0] * 2 + [306.0] * 2 + [315.0] * 2
+            [305.0] * 2 + [308.0] * 2 + [317.0] * 2
+        )
+        assert times.ordered is not None and times.ordered.times == (
+            [306.0] * 2 + [307.0] * 2 + [318.0] * 2
         )
 
     def test_where_a_batch_goes_reads_medians_of_each_part(self) -> None:
@@ -454,6 +463,48 @@ class TestSparkFloor:
                     parent = checkpoint.manifest(version, commit).parent
                     parents.append(None if parent is None else parent.version)
                 assert parents == [None, 0, 1]
+
+    @pytest.mark.spark
+    def test_ordered_two_stage_floor_sorts_each_stage_as_the_runner_does(
+        self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Ordered, Spark sorts the first stage's partitions by sequence
+        number, retractions first (the runner's order, ``in_sequence``), and
+        the second stage's by side and the first stage's emit order; the
+        rows counted are the same as unordered."""
+        from operators._bench import versus
+        from operators._runner import in_sequence
+        from operators._spark import without_adaptive_execution
+
+        batch = spark.createDataFrame(
+            [(k, k % 3, 100 - k, "-U" if k % 2 else "+U") for k in range(10)]
+            + [(None, f, 200 + f, "+U") for f in range(5)],
+            "id long, fk long, __seq long, row_kind string",
+        )
+        jobs: dict[bool, Any] = {}
+        for ordered in (False, True):
+            # The batch function's job for one batch, not the stream around it.
+            monkeypatch.setattr(
+                versus, "_floor_run", lambda stream, checkpoint, each: each(batch, 1)
+            )
+            jobs[ordered] = versus.spark_two_stage_floor(
+                None, "fk", "id", 2, str(tmp_path / "ck"), ordered=ordered
+            )
+        with without_adaptive_execution(spark):  # as in the floor's batches
+            counts = {o: sum(r[0] for r in job.collect()) for o, job in jobs.items()}
+            plans = {
+                o: job._jdf.queryExecution().executedPlan().toString() for o, job in jobs.items()
+            }
+        assert counts == {False: 20, True: 20}
+        sorts = [
+            line.split("Sort [", 1)[1] for line in plans[True].splitlines() if "Sort [" in line
+        ]
+        sequence, _ = in_sequence(kinds=True)
+        assert len(sorts) == 2
+        # The plan prints the retractions-first expression in its own way.
+        assert sorts[1].startswith(sequence) and "IN (-U,-D) THEN 0 ELSE 1 END" in sorts[1]
+        assert sorts[0].startswith("__side") and ", __seq" in sorts[0]
+        assert "Sort [" not in plans[False]
 
 
 def test_the_pytest_benchmarks_in_bench_collect() -> None:
