@@ -34,11 +34,13 @@ from statestore import LockHeldError, LogConfig, StateStore, StoreConfig, apply_
 __all__ = [
     "META",
     "ORDER",
+    "PASS",
     "SEQ",
     "SIDE",
     "StagePlan",
     "TaskBatch",
     "open_store",
+    "passed_column",
     "run_task",
     "tagged",
     "task_schema",
@@ -51,6 +53,9 @@ SEQ = "__seq"
 META = "__meta"
 #: The order a stage's output rows were emitted in: partition, then position.
 ORDER = "__ord"
+#: In a stage's input, true on the rows its task passes on (see
+#: :attr:`StagePlan.passes_on`); in its output, true on those rows.
+PASS = "__pass"
 _ORDER_BITS = 40
 #: A task joins consecutive runs of one side into one batch for its operator
 #: and cuts the batch once it reaches this many rows or bytes (the run that
@@ -68,6 +73,12 @@ def tagged(side: int, position: int) -> str:
     task's columns) can name it unquoted whatever the side's own names hold
     (a dot, a backtick)."""
     return f"s{side}__{position}"
+
+
+def passed_column(position: int) -> str:
+    """A passed-on row's column (at ``position`` among its side's columns)
+    as a task's output holds it (see :attr:`StagePlan.passes_on`)."""
+    return f"{PASS}_{position}"
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,14 @@ class StagePlan:
     #: The driver's log configuration, which the Python workers (processes
     #: of their own) take on.
     log: LogConfig | None = None
+    #: A side whose rows the task passes on, and their schema: the rows of
+    #: it that its input marks ``__pass`` come back out of the task as they
+    #: went in (their row kinds included), beside its output, for the next
+    #: stage, which runs in the same job and reads the same source. That
+    #: stage takes them from this stage's rows instead of reading the batch
+    #: again (see the runner). A row only passed on (``__side`` null) is not
+    #: the operator's.
+    passes_on: tuple[int, pa.Schema] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,11 +147,15 @@ class TaskBatch:
 StagedOutput = tuple[StagedSink, str, pa.Schema]
 
 
-def task_schema(operator: Operator) -> pa.Schema:
-    """What a task returns: the output rows with their emit order, and one
-    metadata row (nulls in every output column), so every column is
-    nullable here."""
-    fields = [f.with_nullable(True) for f in output_schema(operator)]
+def task_schema(plan: StagePlan) -> pa.Schema:
+    """What a stage's task returns: the output rows with their emit order,
+    the rows it passes on (:attr:`StagePlan.passes_on`), and one metadata
+    row (nulls in every other column), so every column is nullable here."""
+    fields = [f.with_nullable(True) for f in output_schema(plan.operator)]
+    if plan.passes_on is not None:
+        passed = plan.passes_on[1]
+        fields.extend(pa.field(passed_column(i), f.type) for i, f in enumerate(passed))
+        fields.append(pa.field(PASS, pa.bool_()))
     return pa.schema([*fields, pa.field(ORDER, pa.int64()), pa.field(META, pa.string())])
 
 
@@ -174,7 +197,7 @@ def run_task(
         if output is not None:
             assert batch.staging is not None
             staged = (output[0], batch.staging, output[1])
-        schema = task_schema(plan.operator)
+        schema = task_schema(plan)
         store = open_store(plan, partition, context.attemptNumber())
         try:
             yield from _run(plan, batch, staged, store, partition, schema, batches)
@@ -206,8 +229,10 @@ def _run(
     max_time: dict[str, int] = {}
     part = None
     handed_on: list[str] = []
+    passing: list[pa.RecordBatch] = []
     try:
-        rows = side_batches(_handing_on(batches, handed_on), plan.side_columns)
+        own = _passing_on(batches, plan, schema, passing)
+        rows = side_batches(_handing_on(own, handed_on), plan.side_columns)
         outputs = _outputs(run, rows, plan, max_time)
         if output is None:
             position = partition << _ORDER_BITS
@@ -215,6 +240,10 @@ def _run(
                 if out.num_rows:
                     yield _with_order(out, schema, position)
                     position += out.num_rows
+                # The rows read so far to pass on go now, not held to the
+                # end: the next stage orders its rows, whatever their place.
+                yield from passing
+                passing.clear()
         else:
             sink, staging, arrow = output
             part = sink.write_part(staging, partition, arrow, outputs)
@@ -257,6 +286,45 @@ def _handing_on(batches: Iterator[pa.RecordBatch], into: list[str]) -> Iterator[
             into.extend(meta.drop_null().to_pylist())
             batch = batch.filter(meta.is_null())
         yield batch.remove_column(index)
+
+
+def _passing_on(
+    batches: Iterator[pa.RecordBatch],
+    plan: StagePlan,
+    schema: pa.Schema,
+    into: list[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """A task's input rows that are its operator's (``__side`` set), without
+    ``__pass``; the rows it marks go to ``into`` too, as output rows (the
+    task's ``schema``) that carry them on (:attr:`StagePlan.passes_on`)."""
+    if plan.passes_on is None:
+        yield from batches
+        return
+    side, passed = plan.passes_on
+    for batch in batches:
+        marked = batch.filter(batch.column(PASS))
+        if marked.num_rows:
+            into.append(_passed_rows(marked, side, passed, schema))
+        sides = batch.column(SIDE)
+        if sides.null_count:
+            batch = batch.filter(sides.is_valid())
+        yield batch.remove_column(batch.schema.get_field_index(PASS))
+
+
+def _passed_rows(
+    rows: pa.RecordBatch, side: int, passed: pa.Schema, schema: pa.Schema
+) -> pa.RecordBatch:
+    """Input rows of ``side`` as the output rows that pass them on: their
+    columns and row kinds, in a task's output ``schema``, nulls elsewhere."""
+    n = rows.num_rows
+    values = {
+        passed_column(i): rows.column(tagged(side, i)).cast(f.type) for i, f in enumerate(passed)
+    }
+    kinds = rows.schema.get_field_index(ROW_KIND)
+    values[ROW_KIND] = rows.column(kinds) if kinds >= 0 else pa.repeat(INSERT, n)
+    values[PASS] = pa.repeat(pa.scalar(True), n)
+    arrays = [values.get(f.name, pa.nulls(n, type=f.type)) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _meta_rows(schema: pa.Schema, metas: list[str]) -> pa.RecordBatch:
@@ -378,6 +446,9 @@ def open_store(plan: StagePlan, partition: int, attempt: int) -> StateStore:
 
 
 def _with_order(batch: pa.RecordBatch, schema: pa.Schema, first: int) -> pa.RecordBatch:
-    order = pa.array(np.arange(first, first + batch.num_rows, dtype=np.int64))
-    arrays = [*batch.columns, order, pa.nulls(batch.num_rows, type=pa.string())]
+    n = batch.num_rows
+    order = pa.array(np.arange(first, first + n, dtype=np.int64))
+    # Nulls in the columns of rows passed on, when the task passes any.
+    between = [pa.nulls(n, type=f.type) for f in list(schema)[batch.num_columns : -2]]
+    arrays = [*batch.columns, *between, order, pa.nulls(n, type=pa.string())]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -15,6 +15,7 @@ from fk_driver import FkDriver
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
 from operators._fk_join import prepared
 from operators._repartition import repartition
+from operators._runner import job_group
 from statestore._faults import arm, inject
 from tests.operators.test_repartition_spark import _append
 
@@ -162,6 +163,29 @@ class TestFkJoinThroughSpark:
         metrics = query.last_metrics
         assert metrics["numSubscriptionRows"] == work.subscriptions
         assert metrics["numOutputRows"] == metrics["fkjoin-results.numOutputRows"]
+
+    def test_a_batch_is_one_job_that_reads_the_batch_once(self, spark: Any, tmp_path: Path) -> None:
+        """A batch of the join is one Spark job, which reads the batch once:
+        the subscription stage's tasks pass the left rows on (null FKs among
+        them, which that stage does not take) to the result stage's shuffle,
+        so the job's second Spark stage runs one task per partition, with no
+        second read of the batch's files beside them; the output is still
+        the batch join."""
+        join = FkJoin(LEFT_SEQ, ["id"], RIGHT, "rid", _fk_unless_z, how="left")
+        work = _changes(join, seed=11, batches=2, shared=False)
+        tracker = spark.sparkContext.statusTracker()
+        group = job_group("relstate", join.name + "-results")
+        # The session is shared: earlier tests' jobs may be in the group.
+        before = set(tracker.getJobIdsForGroup(group))
+        sink, query = _run(spark, tmp_path, join, work.changes, partitions=3)
+        assert _materialised(spark, sink, join) == work.joins
+        jobs = set(tracker.getJobIdsForGroup(group)) - before
+        assert len(jobs) == len(query.history) == 2
+        for job in jobs:
+            stages = sorted(tracker.getJobInfo(job).stageIds)
+            tasks = [tracker.getStageInfo(s).numTasks for s in stages]
+            # The batch's files (one a side), each stage's three partitions.
+            assert tasks == [2, 3, 3], tasks
 
     def test_a_column_fk_is_read_without_a_python_pass(self, spark: Any) -> None:
         """A column FK reaches the subscription stage's shuffle as a copy of

@@ -132,3 +132,100 @@ class TestTaskBatch:
         with pytest.raises(RunnerError, match=r"relstate\.batch\.3"):
             next(run_task(plan)(iter([])))
         assert not state.exists()
+
+
+class TestPassingOn:
+    def test_marked_rows_come_out_and_only_sided_rows_go_in(self) -> None:
+        """A task that passes a side on returns the input rows marked
+        ``__pass`` as output rows (their columns cast to the passed schema,
+        their row kinds, ``__pass`` true, nulls in the operator's columns)
+        and hands its operator only the rows with a side, without
+        ``__pass``: a row only passed on (side null) never reaches it."""
+        from operators._spark_task import PASS, _passing_on, passed_column, task_schema
+
+        passed = pa.schema([("k", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
+        plan = StagePlan(
+            RunningAggregate(), "unused", 1, [["key"]], {}, StoreConfig(), 0, None, (0, passed)
+        )
+        schema = task_schema(plan)
+        batch = pa.record_batch(
+            {
+                "s0__0": pa.array([1, 2, 3], pa.int64()),
+                "s0__1": pa.array([0, 1, 2], pa.timestamp("us", tz="Europe/Paris")),
+                "row_kind": ["+I", "-D", "+I"],
+                "__side": pa.array([0, None, 0], pa.int32()),
+                PASS: [True, True, False],
+            }
+        )
+        into: list[pa.RecordBatch] = []
+        given = list(_passing_on(iter([batch]), plan, schema, into))
+        assert [b.column("s0__0").to_pylist() for b in given] == [[1, 3]]
+        assert all(PASS not in b.schema.names for b in given)
+        (out,) = into
+        assert out.schema == schema
+        assert out.column(passed_column(0)).to_pylist() == [1, 2]
+        assert out.column(passed_column(1)).type == passed.field("at").type
+        assert out.column("row_kind").to_pylist() == ["+I", "-D"]
+        assert out.column(PASS).to_pylist() == [True, True]
+        operator_columns = [f.name for f in RunningAggregate().output]
+        assert all(out.column(n).null_count == 2 for n in operator_columns)
+        assert out.column("__meta").null_count == 2
+
+    def test_rows_passed_on_come_out_as_the_task_reads_them(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    ) -> None:
+        """A task returns the rows it passes on after the operator's output
+        for each chunk it read with them, not all at its end: it holds no
+        more of them than a chunk brings."""
+        import pyspark
+
+        from operators._spark_task import META, PASS
+
+        class Context:
+            def partitionId(self) -> int:
+                return 0
+
+            def attemptNumber(self) -> int:
+                return 0
+
+            def getLocalProperty(self, key: str) -> str | None:
+                return TaskBatch(0, None, {}, None, None, 0).to_json()
+
+        monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(Context))
+        monkeypatch.setattr(_spark_task, "CHUNK_ROWS", 2)
+        passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
+        plan = StagePlan(
+            RunningAggregate(),
+            str(tmp_path / "state"),
+            1,
+            [["key", "value"]],
+            {},
+            StoreConfig(),
+            0,
+            None,
+            (0, passed),
+        )
+        batches = [
+            pa.record_batch(
+                {
+                    "s0__0": [f"k{i}", f"k{i}"],
+                    "s0__1": pa.array([1, 2], pa.int64()),
+                    "row_kind": ["+I", "+I"],
+                    "__side": pa.array([0, 0], pa.int32()),
+                    PASS: [True, False],
+                }
+            )
+            for i in range(3)
+        ]
+        out = [b for b in run_task(plan)(iter(batches)) if b.num_rows]
+        kinds = [
+            "passed"
+            if b.column(PASS).true_count
+            else "meta"
+            if b.column(META).null_count < b.num_rows
+            else "output"
+            for b in out
+        ]
+        # Two rows a chunk: the first chunk is cut when the second batch
+        # comes, so the rows passed on of both follow its output.
+        assert kinds == ["output", "passed", "passed", "output", "passed", "output", "meta"]

@@ -105,6 +105,94 @@ class Relay(Operator):
         ctx.emit(row, kind)
 
 
+TALLY = pa.schema([("side", pa.int64()), ("key", pa.int64()), ("rows", pa.int64())])
+GROUPED = pa.schema([("id", pa.int64()), ("grp", pa.int64())])
+
+
+class Tally(Operator):
+    """Per side and key (column ``at[side]`` of the side's rows): how many
+    rows came, of any kind; an upsert changelog."""
+
+    def __init__(self, name: str, inputs: tuple[pa.Schema, ...], at: tuple[int, ...]) -> None:
+        self.name = name
+        self.inputs = inputs
+        self.at = at
+        self.output = TALLY
+        self.tables = (TableSchema(1, TALLY, ["side", "key"], name="tally"),)
+
+    def process_row(
+        self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
+    ) -> None:
+        table = ctx.table("tally")
+        old = table.get_row((side, row[self.at[side]]))
+        new = (side, row[self.at[side]], 1 if old is None else old[2] + 1)
+        if old is None:
+            table.insert(new)
+            ctx.emit(new, RowKind.INSERT)
+        else:
+            table.update(old, new)
+            ctx.emit(old, RowKind.UPDATE_BEFORE)
+            ctx.emit(new, RowKind.UPDATE_AFTER)
+
+
+@pytest.mark.spark
+class TestPassingOn:
+    def test_a_fused_stage_passes_its_readers_source_rows_on(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """A stage of two sources, run in the job of a stage that reads its
+        rows and one of those sources, passes that source's rows on: each
+        stage takes the rows its own null-key condition keeps (a row with no
+        group only passed on, a row with no id only the first stage's), the
+        job's middle Spark stage runs one task per partition (no second read
+        of the batch), and both stages count what they would otherwise."""
+        lefts = [(k, k % 3) for k in range(9)] + [(20, None), (21, None), (None, 1), (None, 2)]
+        rights = [(k % 4, k) for k in range(6)]
+        streams = _side_streams(spark, tmp_path, [(GROUPED, lefts), (RIGHT, rights)])
+        pipeline = Pipeline()
+        left = pipeline.source(streams[0], "left")
+        right = pipeline.source(streams[1], "right")
+        groups = pipeline.stage(
+            Tally("groups", (GROUPED, RIGHT), (1, 0)),
+            left,
+            right,
+            keys=[["grp"], ["ref"]],
+            drop_null_keys=[True, False],
+        )
+        tally = pipeline.stage(
+            Tally("tally", (TALLY, GROUPED), (1, 0)),
+            groups,
+            left,
+            keys=[["key"], ["id"]],
+            drop_null_keys=[False, True],
+        )
+        sink = ParquetSink(str(tmp_path / "out"))
+        query = pipeline.start(
+            tally, sink, str(tmp_path / "ck"), 3, trigger={"availableNow": True}, query_name="pass"
+        )
+        query.awaitTermination()
+        tracker = spark.sparkContext.statusTracker()
+        (job,) = tracker.getJobIdsForGroup("relstate:pass:tally")
+        stages = sorted(tracker.getJobInfo(job).stageIds)
+        assert [tracker.getStageInfo(s).numTasks for s in stages] == [2, 3, 3]
+
+        net: Counter[tuple[int, int, int]] = Counter()
+        for r in sink.read(spark).collect():
+            net[(r["side"], r["key"], r["rows"])] += (
+                1 if RowKind(r["row_kind"]).is_accumulate else -1
+            )
+        got = {row for row, n in net.items() if n > 0}
+        # The first stage's rows per (side, key) r emit 2r - 1 rows (an
+        # insert, then an update pair each); the second counts them by key.
+        first = Counter([(0, g) for _, g in lefts if g is not None] + [(1, r) for r, _ in rights])
+        emitted: Counter[int] = Counter()
+        for (_, key), rows in first.items():
+            emitted[key] += 2 * rows - 1
+        ids = Counter(i for i, _ in lefts if i is not None)
+        expected = {(0, k, n) for k, n in emitted.items()} | {(1, i, n) for i, n in ids.items()}
+        assert got == expected
+
+
 @pytest.mark.spark
 class TestTwoInputs:
     def test_both_sides_of_a_key_meet_in_one_task(self, spark: Any, tmp_path: Path) -> None:
