@@ -114,19 +114,7 @@ class TestTaskBatch:
         """A stage's task run in a job that carries no batch for its stage
         (not the runner's job) raises ``RunnerError`` naming the property,
         and opens no store: nothing is written under the state location."""
-        import pyspark
-
-        class Context:
-            def partitionId(self) -> int:
-                return 0
-
-            def attemptNumber(self) -> int:
-                return 0
-
-            def getLocalProperty(self, key: str) -> str | None:
-                return None
-
-        monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(Context))
+        _in_a_task(monkeypatch, None)
         state = tmp_path / "state"
         plan = StagePlan(RunningAggregate(), str(state), 1, [["key"]], {}, StoreConfig(), index=3)
         with pytest.raises(RunnerError, match=r"relstate\.batch\.3"):
@@ -177,21 +165,9 @@ class TestPassingOn:
         """A task returns the rows it passes on after the operator's output
         for each chunk it read with them, not all at its end: it holds no
         more of them than a chunk brings."""
-        import pyspark
-
         from operators._spark_task import META, PASS
 
-        class Context:
-            def partitionId(self) -> int:
-                return 0
-
-            def attemptNumber(self) -> int:
-                return 0
-
-            def getLocalProperty(self, key: str) -> str | None:
-                return TaskBatch(0, None, {}, None, None, 0).to_json()
-
-        monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(Context))
+        _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         monkeypatch.setattr(_spark_task, "CHUNK_ROWS", 2)
         passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
         plan = StagePlan(
@@ -229,3 +205,21 @@ class TestPassingOn:
         # Two rows a chunk: the first chunk is cut when the second batch
         # comes, so the rows passed on of both follow its output.
         assert kinds == ["output", "passed", "passed", "output", "passed", "output", "meta"]
+
+
+def _in_a_task(monkeypatch: pytest.MonkeyPatch, batch: TaskBatch | None) -> None:
+    """Run what follows as if in a Spark task of partition 0, first
+    attempt, whose job carries ``batch`` for every stage (``None``: none)."""
+    import pyspark
+
+    class Context:
+        def partitionId(self) -> int:
+            return 0
+
+        def attemptNumber(self) -> int:
+            return 0
+
+        def getLocalProperty(self, key: str) -> str | None:
+            return None if batch is None else batch.to_json()
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(Context))

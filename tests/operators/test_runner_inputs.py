@@ -60,6 +60,20 @@ def _side_streams(
     return streams
 
 
+def _upsert(
+    ctx: OperatorContext, table: Any, old: tuple[Any, ...] | None, new: tuple[Any, ...]
+) -> None:
+    """Write ``new`` over ``old`` (``None``: no row yet) and emit the change
+    as an upsert changelog does."""
+    if old is None:
+        table.insert(new)
+        ctx.emit(new, RowKind.INSERT)
+    else:
+        table.update(old, new)
+        ctx.emit(old, RowKind.UPDATE_BEFORE)
+        ctx.emit(new, RowKind.UPDATE_AFTER)
+
+
 class SideCounts(Operator):
     """Per key: how many rows each side has sent; an upsert changelog."""
 
@@ -81,14 +95,7 @@ class SideCounts(Operator):
         table = ctx.table("counts")
         old = table.get_row((row[0],))
         left, right = (0, 0) if old is None else (old[1], old[2])
-        new = (row[0], left + (side == 0), right + (side == 1))
-        if old is None:
-            table.insert(new)
-            ctx.emit(new, RowKind.INSERT)
-        else:
-            table.update(old, new)
-            ctx.emit(old, RowKind.UPDATE_BEFORE)
-            ctx.emit(new, RowKind.UPDATE_AFTER)
+        _upsert(ctx, table, old, (row[0], left + (side == 0), right + (side == 1)))
 
 
 class Relay(Operator):
@@ -125,14 +132,7 @@ class Tally(Operator):
     ) -> None:
         table = ctx.table("tally")
         old = table.get_row((side, row[self.at[side]]))
-        new = (side, row[self.at[side]], 1 if old is None else old[2] + 1)
-        if old is None:
-            table.insert(new)
-            ctx.emit(new, RowKind.INSERT)
-        else:
-            table.update(old, new)
-            ctx.emit(old, RowKind.UPDATE_BEFORE)
-            ctx.emit(new, RowKind.UPDATE_AFTER)
+        _upsert(ctx, table, old, (side, row[self.at[side]], 1 if old is None else old[2] + 1))
 
 
 @pytest.mark.spark
