@@ -165,7 +165,7 @@ class _Driver:
         self.pipeline = pipeline
         #: Each output stream and its sink, the ``output`` given to start first.
         self.outputs = list(outputs)
-        self.plans = plans
+        self.plans = list(plans)  # a stage that passes rows on gets its own below
         self.journal = journal
         self.retain = retain
         self.progress = progress
@@ -183,7 +183,7 @@ class _Driver:
         self.passing = self._passing()
         for index, (side, _) in self.passing.items():
             schema = pipeline.stages[index].inputs[side].stream.schema
-            self.plans[index] = replace(plans[index], passes_on=(side, schema))
+            self.plans[index] = replace(self.plans[index], passes_on=(side, schema))
         #: Each planned stage's task, as the UDF column ``mapInArrow`` applies.
         self.udfs: dict[int, Column] = {}
         #: How each stage's input frame is made from its sides' frames.

@@ -323,7 +323,7 @@ def _passed_rows(
     kinds = rows.schema.get_field_index(ROW_KIND)
     values[ROW_KIND] = rows.column(kinds) if kinds >= 0 else pa.repeat(INSERT, n)
     values[PASS] = pa.repeat(pa.scalar(True), n)
-    arrays = [values.get(f.name, pa.nulls(n, type=f.type)) for f in schema]
+    arrays = [values[f.name] if f.name in values else pa.nulls(n, type=f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

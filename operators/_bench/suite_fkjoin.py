@@ -637,15 +637,13 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                     ceiling(baseline, two, "any two-stage design"),
                 )
             )
-        if fewest and t.rounds:
-            # Every round's change batches, each side's.
+        # Every round's change batches, each side's (_Times pools them).
+        stores, ordered, nothing, spark_two = t.stored, t.ordered, t.alone, t.two_stages
+        if fewest and t.rounds and stores and ordered and nothing and spark_two:
             ours = _pooled([r.relstate for r in t.rounds])
             floors = _pooled([r.floor for r in t.rounds])
-            stores = _pooled([r.stored for r in t.rounds])
-            ordered = _pooled([r.ordered for r in t.rounds])
             floor = median(floors.times)
-            alone = median(b for r in t.rounds for b in r.alone)
-            two = median(b for r in t.rounds for b in r.two_stages)
+            alone, two = median(nothing), median(spark_two)
             for i, r in enumerate(t.rounds):
                 one = median(r.floor.times)
                 readings.append(
