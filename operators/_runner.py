@@ -38,14 +38,13 @@ from operators._changelog import ROW_KIND, RowKind
 from operators._journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
+from operators._row_order import SEQ, SIDE, RowOrder
 from operators._sinks import BatchSink, StagedSink, filesystem_of
 from operators._spark import without_adaptive_execution
 from operators._spark_task import (
     META,
     ORDER,
     PASS,
-    SEQ,
-    SIDE,
     StagePlan,
     TaskBatch,
     passed_column,
@@ -188,6 +187,8 @@ class _Driver:
         self.udfs: dict[int, Column] = {}
         #: How each stage's input frame is made from its sides' frames.
         self.inputs = [self._input_shape(i) for i in range(len(plans))]
+        for index, shape in enumerate(self.inputs):
+            self.plans[index] = replace(self.plans[index], order=shape.order)
         #: The winner records of the last batch this driver recorded, written
         #: in a thread of their own while Spark ends that batch and starts the
         #: next (:meth:`settle`).
@@ -667,11 +668,8 @@ class _Driver:
         # Keyless (no key columns): one partition, every row in it, as
         # Spark's global aggregate gathers its input into one task.
         by = [f"coalesce({', '.join(k)})" for k in zip(*keys, strict=True)] if several else keys[0]
-        ordering = None
-        if ordered:
-            ordering = [SIDE] if stage.sides_in_turn and several else []
-            ordering.extend(in_sequence(kinds))
-        return _StageInput(parts, by, ordering, plan.partitions)
+        row_order = RowOrder(stage.sides_in_turn and several, kinds) if ordered else None
+        return _StageInput(parts, by, row_order, plan.partitions)
 
     def _passed_on(self, index: int) -> tuple[int, _SideRows]:
         """What fused stage ``index`` passes on: its side of the source, and
@@ -747,19 +745,6 @@ def _keyed(keys: Sequence[str], named: Callable[[str], str]) -> str:
     """The condition that none of a side's ``keys`` is null, each column
     ``named`` as the frame holds it."""
     return " AND ".join(f"{_quoted(named(k))} IS NOT NULL" for k in keys)
-
-
-def in_sequence(kinds: bool) -> list[str]:
-    """How a partition's rows are ordered: by sequence, and at one sequence
-    number retractions (``-U``, ``-D``) before accumulations (``+I``, ``+U``),
-    so that an update's ``-U``/``+U`` pair sharing its number applies in order.
-    Spark's sort is not stable: without the second key such ties would come in
-    any order, and differently when a task runs again. Without row kinds
-    (``kinds`` false) every row is an insert."""
-    if not kinds:
-        return [SEQ]
-    retractions = ", ".join(f"'{k.value}'" for k in (RowKind.UPDATE_BEFORE, RowKind.DELETE))
-    return [SEQ, f"CASE WHEN {ROW_KIND} IN ({retractions}) THEN 0 ELSE 1 END"]
 
 
 @dataclass(frozen=True)
@@ -903,27 +888,28 @@ def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -
 
 class _StageInput:
     """How a stage's input frame is made from its sides' frames, the same in
-    every batch: its parts (:func:`_side_rows`) unioned by name, repartitioned
-    into ``partitions`` by ``by`` and, with ``order``, ordered within each
-    partition by it, without the sequence column (SQL expressions all).
+    every batch: its parts (:func:`_side_rows`) unioned by name and
+    repartitioned into ``partitions`` by ``by`` (SQL expressions all). With
+    ``order``, its tasks order each partition's rows
+    (:mod:`operators._row_order`); Spark does not.
 
     The frame is built with the JVM's ``Dataset`` calls, from lists of
-    expressions made in the query's first batch: PySpark's ``selectExpr``,
-    ``repartition`` and ``sortWithinPartitions`` convert their lists into
+    expressions made in the query's first batch: PySpark's ``selectExpr``
+    and ``repartition`` convert their lists into
     the JVM again at every call, a round trip per element. The FK join's
     two stages took 127 round trips and 76 ms of planning a batch that way,
     and take 14 and 64 ms this way (separate runs, medians of 10 batches,
     load about 3): what is left is Spark analysing the plan at each call."""
 
     def __init__(
-        self, parts: list[_Part], by: list[str], order: list[str] | None, partitions: int
+        self, parts: list[_Part], by: list[str], order: RowOrder | None, partitions: int
     ) -> None:
         self.parts = parts
         self.by = by
         self.order = order
         self.partitions = partitions
         #: The JVM's lists of the expressions above, made in the first batch.
-        self._java: tuple[list[Any], Any, Any] | None = None
+        self._java: tuple[list[Any], Any] | None = None
 
     def rows(self, frames: list[DataFrame]) -> DataFrame:
         """The parts of ``frames`` (each side's frame), unioned by name,
@@ -944,17 +930,15 @@ class _StageInput:
         from pyspark.sql import DataFrame
 
         session = frames[0].sparkSession
-        _, by, order = self._lists(session)
+        _, by = self._lists(session)
         rows = self.rows(frames)._jdf
         rows = (
             rows.repartition(self.partitions, by) if self.by else rows.repartition(self.partitions)
         )
-        if order is not None:
-            rows = rows.sortWithinPartitions(order).drop(SEQ)
         return DataFrame(rows, session)
 
-    def _lists(self, session: SparkSession) -> tuple[list[Any], Any, Any]:
-        """Each part's columns, ``by`` and ``order`` as the JVM's lists."""
+    def _lists(self, session: SparkSession) -> tuple[list[Any], Any]:
+        """Each part's columns and ``by`` as the JVM's lists."""
         if self._java is None:
             from pyspark.sql import functions as F
 
@@ -962,7 +946,6 @@ class _StageInput:
             self._java = (
                 [to_seq(p.columns) for p in self.parts],
                 to_seq([F.expr(e)._jc for e in self.by]),
-                None if self.order is None else to_seq([F.expr(e)._jc for e in self.order]),
             )
         return self._java
 

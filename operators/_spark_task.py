@@ -25,6 +25,7 @@ import pyarrow as pa
 from operators._changelog import ROW_KIND, RowKind
 from operators._operator import Operator
 from operators._pipeline import same_type
+from operators._row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._sinks import StagedSink
 from operators._task import BatchRun, output_schema, state_metrics, state_tables
 from operators._watermark import max_event_time
@@ -48,8 +49,6 @@ __all__ = [
 
 #: The row kind of a stage's input row when the stage's input carries none.
 INSERT = pa.scalar(RowKind.INSERT.value, pa.string())
-SIDE = "__side"
-SEQ = "__seq"
 META = "__meta"
 #: The order a stage's output rows were emitted in: partition, then position.
 ORDER = "__ord"
@@ -107,6 +106,9 @@ class StagePlan:
     #: again (see the runner). A row only passed on (``__side`` null) is not
     #: the operator's.
     passes_on: tuple[int, pa.Schema] | None = None
+    #: How the task orders its input rows before the operator sees them
+    #: (``None``: as they come); the input then carries the columns it sorts by.
+    order: RowOrder | None = None
 
 
 @dataclass(frozen=True)
@@ -230,9 +232,20 @@ def _run(
     part = None
     handed_on: list[str] = []
     passing: list[pa.RecordBatch] = []
+    sorter = None if plan.order is None else RowSorter(plan.order)
     try:
         own = _passing_on(batches, plan, schema, passing)
-        rows = side_batches(_handing_on(own, handed_on), plan.side_columns)
+        given = _handing_on(own, handed_on)
+        if sorter is not None:
+            # The operator sees no row before the last is read and ordered;
+            # the rows to pass on go as they are read.
+            for read in given:
+                sorter.add(read)
+                if output is None:
+                    yield from passing
+                    passing.clear()
+            given = sorter.rows()
+        rows = side_batches(given, plan.side_columns)
         outputs = _outputs(run, rows, plan, max_time)
         if output is None:
             position = partition << _ORDER_BITS
@@ -252,6 +265,9 @@ def _run(
         error = {"stage": plan.index, "partition": partition, "error": str(exc)}
         yield _meta_rows(schema, [*handed_on, json.dumps(error)])
         return
+    finally:
+        if sorter is not None:
+            sorter.close()
     metrics = {**run.metrics, **state_metrics(store.tables)}
     started = time.perf_counter()
     info = store.commit(batch.batch_id)

@@ -23,9 +23,8 @@ from encoding import TableSchema
 from operators._bench.measure import ratio_text
 from operators._bench.runner import Machine
 from operators._operator import Operator, OperatorContext
-from operators._runner import in_sequence
+from operators._row_order import SEQ, SIDE, RowOrder
 from operators._spark import without_adaptive_execution
-from operators._spark_task import SEQ, SIDE
 from statestore import StateStore, StoreConfig
 
 __all__ = [
@@ -236,10 +235,11 @@ def spark_two_stage_floor(
 
     With ``ordered`` (``stream`` has a sequence number, ``__seq``, and a
     ``row_kind``), Spark orders each stage's partition before its tasks
-    read it, in the runner's way (:func:`~operators._runner.in_sequence`):
-    the first stage's by sequence number, retractions before accumulations
-    at one number; the second's by side (the rows passed on, then the
-    responses) and the order the first stage's tasks emitted them in."""
+    read it, in the order the runner's tasks give their rows
+    (:class:`~operators._row_order.RowOrder`): the first stage's by sequence
+    number, retractions before accumulations at one number; the second's by
+    side (the rows passed on, then the responses) and the order the first
+    stage's tasks emitted them in."""
 
     def each(batch: Any, batch_id: int) -> Any:
         from pyspark.sql import functions as F
@@ -267,12 +267,13 @@ def spark_two_stage_floor(
         responses = f"`{key}` {key_type.simpleString()}"
         rows = batch.repartition(partitions, foreign_key)
         if ordered:
-            order = [F.expr(e) for e in in_sequence(kinds=True)]
+            order = [F.expr(e) for e in RowOrder(sides=False, kinds=True).spark_order()]
             rows = rows.sortWithinPartitions(*order).drop(SEQ)
             responses += f", {SIDE} int, {SEQ} long"
         rows = rows.mapInArrow(first, responses).repartition(partitions, key)
         if ordered:
-            rows = rows.sortWithinPartitions(SIDE, SEQ).drop(SIDE, SEQ)
+            order = [F.expr(e) for e in RowOrder(sides=True, kinds=False).spark_order()]
+            rows = rows.sortWithinPartitions(*order).drop(SIDE, SEQ)
         return rows.mapInArrow(second, "rows long")
 
     return _floor_run(stream, checkpoint, each)

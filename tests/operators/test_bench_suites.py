@@ -465,15 +465,15 @@ class TestSparkFloor:
                 assert parents == [None, 0, 1]
 
     @pytest.mark.spark
-    def test_ordered_two_stage_floor_sorts_each_stage_as_the_runner_does(
+    def test_ordered_two_stage_floor_sorts_each_stage_in_the_runners_order(
         self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Ordered, Spark sorts the first stage's partitions by sequence
-        number, retractions first (the runner's order, ``in_sequence``), and
-        the second stage's by side and the first stage's emit order; the
-        rows counted are the same as unordered."""
+        number, retractions first (the order the runner's tasks give their
+        rows, ``RowOrder``), and the second stage's by side and the first
+        stage's emit order; the rows counted are the same as unordered."""
         from operators._bench import versus
-        from operators._runner import in_sequence
+        from operators._row_order import RowOrder
         from operators._spark import without_adaptive_execution
 
         batch = spark.createDataFrame(
@@ -499,7 +499,7 @@ class TestSparkFloor:
         sorts = [
             line.split("Sort [", 1)[1] for line in plans[True].splitlines() if "Sort [" in line
         ]
-        sequence, _ = in_sequence(kinds=True)
+        sequence, _ = RowOrder(sides=False, kinds=True).spark_order()
         assert len(sorts) == 2
         # The plan prints the retractions-first expression in its own way.
         assert sorts[1].startswith(sequence) and "IN (-U,-D) THEN 0 ELSE 1 END" in sorts[1]

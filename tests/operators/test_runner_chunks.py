@@ -207,6 +207,97 @@ class TestPassingOn:
         assert kinds == ["output", "passed", "passed", "output", "passed", "output", "meta"]
 
 
+class TestOrdering:
+    def test_a_task_orders_its_input_before_its_operator_sees_a_row(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    ) -> None:
+        """A stage with an order gets its partition's rows as they come;
+        its task hands them to the operator by sequence number, retractions
+        first at one number: the running totals follow that order."""
+        from operators._row_order import RowOrder
+
+        _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
+        plan = StagePlan(
+            RunningAggregate(),
+            str(tmp_path / "state"),
+            1,
+            [["key", "value"]],
+            {},
+            StoreConfig(),
+            0,
+            order=RowOrder(sides=False, kinds=True),
+        )
+        given = [
+            pa.record_batch(
+                {
+                    "s0__0": ["k"] * 2,
+                    "s0__1": pa.array(values, pa.int64()),
+                    "row_kind": kinds,
+                    "__seq": pa.array(seqs, pa.int64()),
+                }
+            )
+            # The delete of 1 shares its number with the insert of 100.
+            for values, kinds, seqs in [
+                ([1, 10], ["+I", "+I"], [0, 2]),
+                ([100, 1], ["+I", "-D"], [1, 1]),
+            ]
+        ]
+        out = [b for b in run_task(plan)(iter(given)) if b.num_rows]
+        totals = [t for b in out[:-1] for t in b.column("total").to_pylist()]
+        kinds = [k for b in out[:-1] for k in b.column("row_kind").to_pylist()]
+        rows = list(zip(kinds, totals, strict=True))
+        # 1 (seq 0), then -1 before +100 (seq 1), then +10 (seq 2).
+        assert [t for k, t in rows if k in ("+I", "+U")] == [1, 100, 110]
+        assert all("__seq" not in b.schema.names for b in out)
+
+    def test_rows_passed_on_come_out_as_read_while_the_task_orders(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    ) -> None:
+        """A task that orders its input and passes rows on returns the rows
+        passed on of each input batch as it reads it, before the operator's
+        output (which waits for the last row): it does not hold them."""
+        from operators._row_order import RowOrder
+        from operators._spark_task import META, PASS
+
+        _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
+        passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
+        plan = StagePlan(
+            RunningAggregate(),
+            str(tmp_path / "state"),
+            1,
+            [["key", "value"]],
+            {},
+            StoreConfig(),
+            0,
+            None,
+            (0, passed),
+            RowOrder(sides=False, kinds=True),
+        )
+        batches = [
+            pa.record_batch(
+                {
+                    "s0__0": [f"k{i}", f"k{i}"],
+                    "s0__1": pa.array([1, 2], pa.int64()),
+                    "row_kind": ["+I", "+I"],
+                    "__side": pa.array([0, 0], pa.int32()),
+                    "__seq": pa.array([2 * i, 2 * i + 1], pa.int64()),
+                    PASS: [True, False],
+                }
+            )
+            for i in range(3)
+        ]
+        out = [b for b in run_task(plan)(iter(batches)) if b.num_rows]
+        kinds = [
+            "passed"
+            if b.column(PASS).true_count
+            else "meta"
+            if b.column(META).null_count < b.num_rows
+            else "output"
+            for b in out
+        ]
+        assert kinds == ["passed", "passed", "passed", "output", "meta"]
+
+
 def _in_a_task(monkeypatch: pytest.MonkeyPatch, batch: TaskBatch | None) -> None:
     """Run what follows as if in a Spark task of partition 0, first
     attempt, whose job carries ``batch`` for every stage (``None``: none)."""

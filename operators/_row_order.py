@@ -1,0 +1,236 @@
+"""How a stage's task orders its partition's rows before its operator sees
+them: one rule, :class:`RowOrder`, applied in the task, in Arrow.
+
+A changelog operator must apply a partition's rows in the order their
+sources wrote them. The runner gives each row its sequence number
+(``__seq``) and, where a stage takes its inputs in turn, its side
+(``__side``); the task sorts by them, and at one sequence number puts
+retractions (``-U``, ``-D``) before accumulations, so that an update's
+``-U``/``+U`` pair sharing its number applies in order. The sort is stable:
+rows equal in all of that keep the order they came in.
+
+Spark could sort the partition (``sortWithinPartitions``) before the task
+reads it, and did: that cost a change batch of the FK join about a tenth of
+its time in Spark's sort and planning (see ``docs/runner.md``). The task
+sorts instead, in Arrow, and bounds its memory as Spark's sort does: a
+partition of up to :data:`SORT_BYTES` of Arrow input is sorted in memory;
+past that, the task writes each :data:`SORT_BYTES` of it to local disk as a
+sorted run and merges the runs, holding :data:`MERGE_ROWS` rows of each.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators._changelog import ROW_KIND, RowKind
+
+__all__ = ["MERGE_ROWS", "SEQ", "SIDE", "SORT_BYTES", "RowOrder", "RowSorter"]
+
+#: A stage's input column: the side of the stage a row belongs to.
+SIDE = "__side"
+#: A stage's input column: a row's sequence number in its source.
+SEQ = "__seq"
+#: A task sorts up to this many bytes of its input (Arrow's) in memory;
+#: past it, it writes sorted runs of this size to local disk and merges them.
+SORT_BYTES = 64 << 20
+#: Rows a merge holds of each run at a time.
+MERGE_ROWS = 65_536
+
+#: The sort key that puts retractions first (false) at one sequence number.
+_ACCUMULATES = "__accumulates"
+_RETRACTIONS = pa.array([RowKind.UPDATE_BEFORE.value, RowKind.DELETE.value])
+
+
+def _known(key: str) -> str:
+    """The sort key column that says whether ``key`` is known (not null)."""
+    return f"{key}__known"
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """The order of a stage's input rows: by side first when ``sides`` (a
+    stage that takes its inputs in turn), then by sequence number, then, when
+    ``kinds`` (the input carries row kinds), retractions first. Ascending,
+    nulls first (a row with no sequence number before those with one), as
+    Spark sorts by default."""
+
+    sides: bool
+    kinds: bool
+
+    def spark_order(self) -> list[str]:
+        """The same order as Spark SQL sort expressions over the stage's
+        input frame, for Spark to sort by (``sortWithinPartitions``)."""
+        keys = [SIDE] if self.sides else []
+        keys.append(SEQ)
+        if self.kinds:
+            retractions = ", ".join(f"'{k.as_py()}'" for k in _RETRACTIONS)
+            keys.append(f"CASE WHEN {ROW_KIND} IN ({retractions}) THEN 0 ELSE 1 END")
+        return keys
+
+    @property
+    def _columns(self) -> list[str]:
+        """The sort key columns of a keyed table (:meth:`_keyed`), first to last."""
+        keys = [SIDE, SEQ] if self.sides else [SEQ]
+        ranked = [col for key in keys for col in (_known(key), key)]
+        return [*ranked, _ACCUMULATES] if self.kinds else ranked
+
+    def _keyed(self, rows: pa.Table) -> pa.Table:
+        """``rows`` with the columns of their sort key: before the side and
+        the sequence number each, whether it is known (not null), so that
+        nulls sort first however the sort places them (and none of them
+        is put beside a value: nulls tie with nulls only); last, whether the
+        row accumulates (a row kind that is null, or none, does, as in
+        :meth:`spark_order`)."""
+        for key in [SIDE, SEQ] if self.sides else [SEQ]:
+            rows = rows.append_column(_known(key), rows.column(key).is_valid())
+        if self.kinds:
+            accumulates = pc.invert(pc.is_in(rows.column(ROW_KIND), _RETRACTIONS))
+            rows = rows.append_column(_ACCUMULATES, accumulates)
+        return rows
+
+    def _sorted(self, rows: pa.Table) -> pa.Table:
+        """Keyed ``rows`` in this order; stable."""
+        keys = [(c, "ascending") for c in self._columns]
+        return rows.take(pc.sort_indices(rows, sort_keys=keys))
+
+    def _key(self, rows: pa.Table, at: int) -> tuple[Any, ...]:
+        """Keyed row ``at``'s sort key, as a tuple that compares as the order
+        does (a null only ever meets a null)."""
+        return tuple(rows.column(c)[at].as_py() for c in self._columns)
+
+    def _without_keys(self, rows: pa.Table) -> pa.Table:
+        """``rows`` as the task hands them on: no sequence number, no key of
+        the sort's own."""
+        own = [_known(SIDE), _known(SEQ), SEQ, _ACCUMULATES]
+        return rows.drop_columns([c for c in own if c in rows.column_names])
+
+
+class RowSorter:
+    """A partition's rows (:meth:`add`, each batch with the columns ``order``
+    sorts by) handed back in ``order`` (:meth:`rows`), without their
+    sequence numbers. Stable. Up to ``memory_bytes`` of input is held and
+    sorted in memory; past that, sorted runs go to a temporary directory,
+    which :meth:`close` removes (the sorter is a context manager)."""
+
+    def __init__(self, order: RowOrder, memory_bytes: int = SORT_BYTES) -> None:
+        self.order = order
+        self.memory_bytes = memory_bytes
+        self._held: list[pa.RecordBatch] = []
+        self._size = 0
+        self._runs: list[str] = []
+        self._cleanup = ExitStack()
+        self._directory = ""
+
+    def __enter__(self) -> RowSorter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the runs written, if any."""
+        self._cleanup.close()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Take a batch of the partition's rows."""
+        if not batch.num_rows:
+            return
+        self._held.append(batch)
+        self._size += batch.nbytes
+        if self._size >= self.memory_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Write the rows held as a sorted run."""
+        if not self._directory:
+            make = tempfile.TemporaryDirectory(prefix="relstate-sort-")
+            self._directory = self._cleanup.enter_context(make)
+        path = os.path.join(self._directory, f"{len(self._runs)}.arrow")
+        rows = self.order._sorted(self.order._keyed(pa.Table.from_batches(self._held)))
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+            writer.write_table(rows, max_chunksize=MERGE_ROWS)
+        self._runs.append(path)
+        self._held, self._size = [], 0
+
+    @property
+    def spilled(self) -> int:
+        """The sorted runs written to disk so far."""
+        return len(self._runs)
+
+    def rows(self) -> Iterator[pa.RecordBatch]:
+        """Every row taken, in order (once every row is taken)."""
+        order = self.order
+        if not self._runs:
+            if self._held:
+                rows = order._sorted(order._keyed(pa.Table.from_batches(self._held)))
+                self._held = []
+                yield from order._without_keys(rows).to_batches(MERGE_ROWS)
+            return
+        if self._held:
+            self._spill()
+        for rows in _merged(order, self._runs):
+            yield from order._without_keys(rows).to_batches()
+
+
+class _Run:
+    """A sorted run on disk, read a file batch at a time: ``rows``, the rows
+    read and not yet merged (``None``: every row is merged)."""
+
+    def __init__(self, path: str, index: int) -> None:
+        self.source = pa.OSFile(path)
+        self.file = pa.ipc.open_file(self.source)
+        self.index = index
+        self.next = 0
+        self.rows: pa.Table | None = None
+        self.read()
+
+    def read(self) -> None:
+        if self.next == self.file.num_record_batches:
+            self.rows = None
+            self.source.close()
+            return
+        self.rows = pa.Table.from_batches([self.file.get_batch(self.next)])
+        self.next += 1
+
+
+def _merged(order: RowOrder, paths: list[str]) -> Iterator[pa.Table]:
+    """The sorted runs at ``paths`` (in input order) merged, a step at a time.
+
+    A row's place is its sort key, then its run, then its place in the run
+    (which is what stable means). At each step every run holds some of its
+    rows; the least of their last rows (by key, then run) bounds the step:
+    no row still to be read comes before it, so every held row up to it is
+    merged, sorted in Arrow (its runs' rows in run order, and the sort
+    stable). The run that holds the bound is then merged to its last held
+    row, and reads on: each step reads a batch at least."""
+    runs = [_Run(path, i) for i, path in enumerate(paths)]
+    try:
+        while live := [r for r in runs if r.rows is not None]:
+            bound = min((order._key(r.rows, r.rows.num_rows - 1), r.index) for r in live if r.rows)
+            taken: list[pa.Table] = []
+            for run in live:
+                rows = run.rows
+                assert rows is not None
+                # Up to the bound: a key below it, or equal in a run not after its run.
+                n = bisect_right(
+                    range(rows.num_rows), bound, key=lambda at: (order._key(rows, at), run.index)
+                )
+                if n:
+                    taken.append(rows.slice(0, n))
+                if n == rows.num_rows:
+                    run.read()
+                else:
+                    run.rows = rows.slice(n)
+            yield order._sorted(pa.concat_tables(taken))
+    finally:
+        for run in runs:
+            run.source.close()

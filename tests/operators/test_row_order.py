@@ -1,0 +1,142 @@
+"""The order a stage's task gives its partition's rows (operators._row_order)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from operators import _row_order
+from operators._row_order import SEQ, SIDE, RowOrder, RowSorter
+
+KINDS = ["+I", "-U", "+U", "-D", None]
+
+
+def partition(n: int, seed: int) -> pa.Table:
+    """``n`` rows with a side, a sequence number (some null, many shared)
+    and a row kind (some null), and each row's place in the input."""
+    rng = random.Random(seed)
+    return pa.table(
+        {
+            SIDE: pa.array([rng.choice([0, 1]) for _ in range(n)], pa.int32()),
+            SEQ: pa.array([rng.choice([None, *range(40)]) for _ in range(n)], pa.int64()),
+            "row_kind": pa.array([rng.choice(KINDS) for _ in range(n)], pa.string()),
+            "at": pa.array(range(n), pa.int64()),
+        }
+    )
+
+
+def expected(rows: pa.Table, order: RowOrder) -> list[int]:
+    """The input places of ``rows`` in ``order``, by Python's stable sort:
+    nulls first, retractions first at one number."""
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        seq = (r[SEQ] is not None, r[SEQ])
+        side = (r[SIDE] is not None, r[SIDE]) if order.sides else ()
+        kind = (r["row_kind"] not in ("-U", "-D"),) if order.kinds else ()
+        return (*side, seq, *kind)
+
+    return [r["at"] for r in sorted(rows.to_pylist(), key=key)]
+
+
+def ordered(rows: pa.Table, order: RowOrder, memory_bytes: int, chunk: int = 97) -> pa.Table:
+    with RowSorter(order, memory_bytes) as sorter:
+        for batch in rows.to_batches(chunk):
+            sorter.add(batch)
+        return pa.Table.from_batches(list(sorter.rows()))
+
+
+ORDERS = [RowOrder(sides, kinds) for sides in (True, False) for kinds in (True, False)]
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=repr)
+def test_rows_come_in_order_and_stable_without_the_sequence(order: RowOrder) -> None:
+    """In memory, the rows come by side (when the order has it), sequence
+    number (nulls first), retractions first (when it has kinds), and rows
+    equal in all of that in the order they came; the sequence column is
+    gone, every other column is as it was."""
+    rows = partition(3_000, seed=1)
+    out = ordered(rows, order, _row_order.SORT_BYTES)
+    assert out.column_names == [SIDE, "row_kind", "at"]
+    assert out.column("at").to_pylist() == expected(rows, order)
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=repr)
+@pytest.mark.parametrize(("memory_bytes", "merge_rows"), [(2_000, 64), (20_000, 7), (1, 1_000)])
+def test_a_partition_past_the_memory_budget_is_merged_from_runs_in_the_same_order(
+    order: RowOrder,
+    memory_bytes: int,
+    merge_rows: int,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Past its memory budget the sorter writes sorted runs to disk and
+    merges them, a few rows of each at a time: the rows come in the same
+    order as sorted in memory, ties in input order across runs too; the
+    runs are gone once the sorter closes."""
+    monkeypatch.setattr(_row_order, "MERGE_ROWS", merge_rows)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    rows = partition(2_000, seed=2)
+    with RowSorter(order, memory_bytes) as sorter:
+        for batch in rows.to_batches(97):
+            sorter.add(batch)
+        assert sorter.spilled > 1
+        assert os.listdir(tmp_path)
+        out = pa.Table.from_batches(list(sorter.rows()))
+    assert out.column("at").to_pylist() == expected(rows, order)
+    assert os.listdir(tmp_path) == []
+
+
+def test_runs_are_removed_when_the_reader_stops_early(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A task that fails while its operator reads the ordered rows leaves
+    no run behind: closing the sorter removes them, read or not."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    sorter = RowSorter(RowOrder(sides=False, kinds=True), memory_bytes=1)
+    for batch in partition(500, seed=3).to_batches(50):
+        sorter.add(batch)
+    first = next(sorter.rows())
+    assert first.num_rows and os.listdir(tmp_path)
+    sorter.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_no_rows_give_nothing() -> None:
+    """A partition with no rows (or only empty batches) gives no batch."""
+    order = RowOrder(sides=True, kinds=True)
+    with RowSorter(order) as sorter:
+        sorter.add(partition(3, seed=4).to_batches()[0].slice(0, 0))
+        assert list(sorter.rows()) == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("order", ORDERS, ids=repr)
+def test_spark_sorting_by_the_orders_expressions_gives_the_same_keys(
+    spark: Any, order: RowOrder
+) -> None:
+    """The order as Spark sort expressions (what the bench's ceiling has
+    Spark sort by) puts the rows' keys in the same order as the task does;
+    rows that tie may come in another order (Spark's sort is not stable)."""
+    from pyspark.sql import functions as F
+
+    from operators._spark import without_adaptive_execution
+
+    rows = partition(400, seed=5)
+    frame = spark.createDataFrame(rows.to_pandas().astype({SEQ: "Int64"})).coalesce(1)
+    with without_adaptive_execution(spark):
+        by_spark = frame.sortWithinPartitions(*map(F.expr, order.spark_order())).toPandas()
+    places = ordered(rows, order, _row_order.SORT_BYTES).column("at").to_pylist()
+    by_task = rows.to_pandas().set_index("at").loc[places].reset_index()
+
+    def keys(frame: Any) -> list[tuple[Any, ...]]:
+        kinds = [k in ("-U", "-D") for k in frame["row_kind"]]
+        seqs = [None if s != s or s is None else int(s) for s in frame[SEQ]]
+        sides = list(frame[SIDE]) if order.sides else [None] * len(seqs)
+        return list(zip(sides, seqs, kinds if order.kinds else [None] * len(seqs), strict=True))
+
+    assert keys(by_spark) == keys(by_task)
