@@ -14,8 +14,9 @@ reads it, and did: that cost a change batch of the FK join about a tenth of
 its time in Spark's sort and planning (see ``docs/runner.md``). The task
 sorts instead, in Arrow, and bounds its memory as Spark's sort does: a
 partition of up to :data:`SORT_BYTES` of Arrow input is sorted in memory;
-past that, the task writes each :data:`SORT_BYTES` of it to local disk as a
-sorted run and merges the runs, holding :data:`MERGE_ROWS` rows of each.
+past that, the task writes each :data:`SORT_BYTES` of it to local disk (the
+executor's, where Spark spills) as a sorted run and merges the runs, holding
+:data:`MERGE_ROWS` rows of each.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class RowSorter:
     def _spill(self) -> None:
         """Write the rows held as a sorted run."""
         if not self._directory:
-            make = tempfile.TemporaryDirectory(prefix="relstate-sort-")
+            make = tempfile.TemporaryDirectory(prefix="relstate-sort-", dir=_spill_root())
             self._directory = self._cleanup.enter_context(make)
         path = os.path.join(self._directory, f"{len(self._runs)}.arrow")
         rows = self.order._sorted(self.order._keyed(pa.Table.from_batches(self._held)))
@@ -179,6 +180,14 @@ class RowSorter:
             self._spill()
         for rows in _merged(order, self._runs):
             yield from order._without_keys(rows).to_batches()
+
+
+def _spill_root() -> str | None:
+    """Where a task writes its runs: the first of the executor's local
+    directories, which Spark hands its Python workers (``SPARK_LOCAL_DIRS``,
+    where PySpark's own shuffle spills too); else (not in Spark) Python's
+    temporary directory."""
+    return os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
 
 
 class _Run:

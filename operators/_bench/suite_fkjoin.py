@@ -60,11 +60,12 @@ this batch's with nothing written (what every task of an operator whose
 state lives in relstate's stores does, since Spark's Python workers keep no
 partition from one batch to the next): the least any two-stage design on
 relstate's stores could cost. The same, ordered by Spark: that shape again,
-Spark ordering each stage's partition before its tasks read it, as the
-runner orders a changelog's rows (the first stage's by sequence number,
-retractions first; the second's by side, then the order the first stage
-emitted them in): the least such a design could cost that leaves the
-ordering to Spark. The two stages doing nothing and Spark alone,
+Spark ordering each stage's partition before its tasks read it, in the
+order the runner's tasks give a changelog's rows (the first stage's by
+sequence number, retractions first; the second's by side, then the order
+the first stage emitted them in): the least such a design could cost that
+leaves the ordering to Spark. (The runner's tasks order their rows
+themselves, in Arrow.) The two stages doing nothing and Spark alone,
 two stages also run at the table size the sweep holds, with the sizes'
 changes per batch, against the baseline there: the most the join's speed-up
 could be at that point on this runner, and on Spark with two stages, were
@@ -120,7 +121,7 @@ FLOOR = f"{FLOORS} x Spark alone: foreachBatch, shuffle into mapInArrow"
 TWO_STAGES = "Spark alone, two stages"
 #: The same, each task opening and committing an empty state store.
 STORED = "Spark alone, two stages, a store per task"
-#: The same again, Spark ordering each stage's input as the runner does.
+#: The same again, Spark ordering each stage's input as the runner's tasks do.
 ORDERED = "the same, ordered by Spark"
 
 
@@ -327,7 +328,7 @@ def _spark_two_stages(
     then the left rows and the responses by K. With ``stores``, each task
     opens, loads and commits a state store that holds nothing; with
     ``ordered``, Spark orders each stage's input by the changelogs'
-    sequence numbers and row kinds, as the runner does."""
+    sequence numbers and row kinds, as the runner's tasks do."""
     from pyspark.sql import functions as F
 
     left, right = _streams(spark, root)

@@ -79,6 +79,7 @@ def test_a_partition_past_the_memory_budget_is_merged_from_runs_in_the_same_orde
     order as sorted in memory, ties in input order across runs too; the
     runs are gone once the sorter closes."""
     monkeypatch.setattr(_row_order, "MERGE_ROWS", merge_rows)
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     rows = partition(2_000, seed=2)
     with RowSorter(order, memory_bytes) as sorter:
@@ -96,6 +97,7 @@ def test_runs_are_removed_when_the_reader_stops_early(
 ) -> None:
     """A task that fails while its operator reads the ordered rows leaves
     no run behind: closing the sorter removes them, read or not."""
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     sorter = RowSorter(RowOrder(sides=False, kinds=True), memory_bytes=1)
     for batch in partition(500, seed=3).to_batches(50):
@@ -104,6 +106,23 @@ def test_runs_are_removed_when_the_reader_stops_early(
     assert first.num_rows and os.listdir(tmp_path)
     sorter.close()
     assert os.listdir(tmp_path) == []
+
+
+def test_runs_go_to_the_executors_first_local_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """In a Spark task, the runs go where Spark spills: the first of the
+    local directories Spark names to its Python workers."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{first},{second}")
+    with RowSorter(RowOrder(sides=False, kinds=False), memory_bytes=1) as sorter:
+        for batch in partition(100, seed=6).to_batches(50):
+            sorter.add(batch)
+        assert [p.name.startswith("relstate-sort-") for p in first.iterdir()] == [True]
+        assert list(second.iterdir()) == []
+    assert list(first.iterdir()) == []
 
 
 def test_no_rows_give_nothing() -> None:
