@@ -7,24 +7,26 @@ partition Spark's own hash gives its key (:func:`spark_partition`, so a key
 lands in the same partition here as on Spark); each partition's rows are
 ordered as the runner orders them (by sequence, at one number retractions
 first; a stage's output without a sequence column in the order its
-partitions emitted it); the partition's
-:class:`~operators.testing.OperatorHarness` runs them as one batch with the
-stage's watermark (the one rule of :mod:`operators._watermark`) and commits.
-Spark's sort is not stable: rows that tie (one number, one kind) may come in
-either order, so ``tie_break`` orders ties at random.
+partitions emitted it; the runner's tasks' rule, :class:`RowOrder`); the
+partition's :class:`~operators.testing.OperatorHarness` runs them as one
+batch with the stage's watermark (the one rule of :mod:`operators._watermark`)
+and commits. The runner's tasks sort stably, but Spark's shuffle hands a
+task its rows in no fixed order: rows that tie (one number, one kind) may
+come in either order, so ``tie_break`` shuffles each partition's rows before
+they are ordered.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
 from operators._pipeline import Pipeline, Stage
+from operators._row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._spark_hash import spark_partition
 from operators._task import output_schema
 from operators._watermark import max_event_time, query_watermark, stage_watermarks
@@ -171,9 +173,8 @@ class PipelineHarness:
     ) -> pa.Table:
         n = len(self.harnesses[index])
         orders = self.pipeline.sequenced(stage)
-        # Per partition: (sequence, retraction last, side, row index) of every
-        # row it gets: the order the Spark runner sorts in.
-        routed: list[list[tuple[int, int, int, int]]] = [[] for _ in range(n)]
+        # Per partition: (side, sequence, row kind, row index) of every row it gets.
+        routed: list[list[tuple[int, Any, str, int]]] = [[] for _ in range(n)]
         tables: list[pa.Table] = []
         for side, (inp, order) in enumerate(zip(stage.inputs, orders, strict=True)):
             stream = inp.stream
@@ -192,12 +193,12 @@ class PipelineHarness:
             elif stream.is_stage:
                 seqs = table.column("__ord").to_pylist()
             else:
-                seqs = [0] * table.num_rows
-            ranks = [int(k.is_accumulate) for k in row_kinds(table)]
-            for row, (key, seq, rank) in enumerate(zip(keys, seqs, ranks, strict=True)):
+                seqs = [None] * table.num_rows
+            kinds = [k.value for k in row_kinds(table)]
+            for row, (key, seq, kind) in enumerate(zip(keys, seqs, kinds, strict=True)):
                 if inp.drop_null_keys and any(v is None for v in key):
                     continue
-                routed[spark_partition(key, types, n)].append((seq, rank, side, row))
+                routed[spark_partition(key, types, n)].append((side, seq, kind, row))
         metrics: dict[str, int] = {}
         emitted: list[pa.Table] = []
         for partition, (harness, rows) in enumerate(
@@ -207,12 +208,12 @@ class PipelineHarness:
                 self.tie_break.shuffle(rows)
             # Stable: rows with one sequence number and kind keep side order,
             # or the shuffled order.
-            rows.sort(key=itemgetter(2, 0, 1) if stage.sides_in_turn else itemgetter(0, 1))
+            rows = _in_order(rows, RowOrder(stage.sides_in_turn, kinds=True))
             runs = []
             start = 0
             for i in range(1, len(rows) + 1):
-                if i == len(rows) or rows[i][2] != rows[start][2]:
-                    side = rows[start][2]
+                if i == len(rows) or rows[i][0] != rows[start][0]:
+                    side = rows[start][0]
                     picked = pa.array([r[3] for r in rows[start:i]], type=pa.int64())
                     part = tables[side].take(picked).combine_chunks()
                     runs.append((side, part.to_batches()[0]))
@@ -223,6 +224,28 @@ class PipelineHarness:
             emitted.append(_as_table(stage, out, partition << _ORDER_BITS))
         self.last_metrics[stage.name] = metrics
         return pa.concat_tables(emitted)
+
+
+def _in_order(
+    rows: list[tuple[int, Any, str, int]], order: RowOrder
+) -> list[tuple[int, Any, str, int]]:
+    """A partition's ``rows`` (side, sequence number, row kind, row index)
+    in ``order``, sorted as the runner's tasks sort (:class:`RowSorter`)."""
+    if not rows:
+        return rows
+    sides, seqs, kinds, _ = zip(*rows, strict=True)
+    batch = pa.record_batch(
+        {
+            SIDE: pa.array(sides, pa.int32()),
+            SEQ: pa.array(seqs, pa.int64()),
+            ROW_KIND: pa.array(kinds, pa.string()),
+            "at": pa.array(range(len(rows)), pa.int64()),
+        }
+    )
+    with RowSorter(order) as sorter:
+        sorter.add(batch)
+        places = [p for b in sorter.rows() for p in b.column("at").to_pylist()]
+    return [rows[p] for p in places]
 
 
 def _as_table(stage: Stage, rows: list[Emitted], first: int) -> pa.Table:
