@@ -118,13 +118,14 @@ class RowOrder:
 class RowSorter:
     """A partition's rows (:meth:`add`, each batch with the columns ``order``
     sorts by) handed back in ``order`` (:meth:`rows`), without their
-    sequence numbers. Stable. Up to ``memory_bytes`` of input is held and
-    sorted in memory; past that, sorted runs go to a temporary directory,
-    which :meth:`close` removes (the sorter is a context manager)."""
+    sequence numbers. Stable. Up to ``memory_bytes`` (default
+    :data:`SORT_BYTES`) of input is held and sorted in memory; past that,
+    sorted runs go to a temporary directory, which :meth:`close` removes
+    (the sorter is a context manager)."""
 
-    def __init__(self, order: RowOrder, memory_bytes: int = SORT_BYTES) -> None:
+    def __init__(self, order: RowOrder, memory_bytes: int | None = None) -> None:
         self.order = order
-        self.memory_bytes = memory_bytes
+        self.memory_bytes = SORT_BYTES if memory_bytes is None else memory_bytes
         self._held: list[pa.RecordBatch] = []
         self._size = 0
         self._runs: list[str] = []

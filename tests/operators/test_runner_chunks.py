@@ -250,6 +250,52 @@ class TestOrdering:
         assert [t for k, t in rows if k in ("+I", "+U")] == [1, 100, 110]
         assert all("__seq" not in b.schema.names for b in out)
 
+    def test_a_task_past_its_sort_memory_gives_the_operator_the_same_rows(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    ) -> None:
+        """A task whose input passes its sort memory orders it through
+        sorted runs on disk: its operator emits what it emits when the
+        task sorts in memory, and no run is left behind."""
+        from operators import _row_order
+        from operators._row_order import RowOrder
+
+        _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
+        monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+        monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "spill"))
+        (tmp_path / "spill").mkdir()
+        given = [
+            pa.record_batch(
+                {
+                    "s0__0": [f"k{(7 * i + j) % 5}" for j in range(4)],
+                    "s0__1": pa.array([i * 10 + j for j in range(4)], pa.int64()),
+                    "row_kind": ["+I"] * 4,
+                    "__seq": pa.array([(13 * i + 3 * j) % 31 for j in range(4)], pa.int64()),
+                }
+            )
+            for i in range(8)
+        ]
+        emitted = {}
+        for memory in (_row_order.SORT_BYTES, 1):
+            monkeypatch.setattr(_row_order, "SORT_BYTES", memory)
+            monkeypatch.setattr(_row_order, "MERGE_ROWS", 3)
+            plan = StagePlan(
+                RunningAggregate(),
+                str(tmp_path / f"state-{memory}"),
+                1,
+                [["key", "value"]],
+                {},
+                StoreConfig(),
+                0,
+                order=RowOrder(sides=False, kinds=True),
+            )
+            out = [b for b in run_task(plan)(iter(given)) if b.num_rows][:-1]
+            emitted[memory] = pa.Table.from_batches(out).drop_columns(["__ord", "__meta"])
+        # An accumulation per input row (five keys: five +I, then -U/+U pairs).
+        kinds = emitted[1].column("row_kind").to_pylist()
+        assert kinds.count("+I") + kinds.count("+U") == 32
+        assert emitted[1].equals(emitted[_row_order.SORT_BYTES])
+        assert list((tmp_path / "spill").iterdir()) == []
+
     def test_rows_passed_on_come_out_as_read_while_the_task_orders(
         self, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
     ) -> None:
