@@ -165,43 +165,9 @@ class TestPassingOn:
         """A task returns the rows it passes on after the operator's output
         for each chunk it read with them, not all at its end: it holds no
         more of them than a chunk brings."""
-        from operators._spark_task import META, PASS
-
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         monkeypatch.setattr(_spark_task, "CHUNK_ROWS", 2)
-        passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
-        plan = StagePlan(
-            RunningAggregate(),
-            str(tmp_path / "state"),
-            1,
-            [["key", "value"]],
-            {},
-            StoreConfig(),
-            0,
-            None,
-            (0, passed),
-        )
-        batches = [
-            pa.record_batch(
-                {
-                    "s0__0": [f"k{i}", f"k{i}"],
-                    "s0__1": pa.array([1, 2], pa.int64()),
-                    "row_kind": ["+I", "+I"],
-                    "__side": pa.array([0, 0], pa.int32()),
-                    PASS: [True, False],
-                }
-            )
-            for i in range(3)
-        ]
-        out = [b for b in run_task(plan)(iter(batches)) if b.num_rows]
-        kinds = [
-            "passed"
-            if b.column(PASS).true_count
-            else "meta"
-            if b.column(META).null_count < b.num_rows
-            else "output"
-            for b in out
-        ]
+        kinds = _passing_task(tmp_path, None)
         # Two rows a chunk: the first chunk is cut when the second batch
         # comes, so the rows passed on of both follow its output.
         assert kinds == ["output", "passed", "passed", "output", "passed", "output", "meta"]
@@ -312,45 +278,53 @@ class TestOrdering:
         passed on of each input batch as it reads it, before the operator's
         output (which waits for the last row): it does not hold them."""
         from operators._row_order import RowOrder
-        from operators._spark_task import META, PASS
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
-        passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
-        plan = StagePlan(
-            RunningAggregate(),
-            str(tmp_path / "state"),
-            1,
-            [["key", "value"]],
-            {},
-            StoreConfig(),
-            0,
-            None,
-            (0, passed),
-            RowOrder(sides=False, kinds=True),
-        )
-        batches = [
-            pa.record_batch(
-                {
-                    "s0__0": [f"k{i}", f"k{i}"],
-                    "s0__1": pa.array([1, 2], pa.int64()),
-                    "row_kind": ["+I", "+I"],
-                    "__side": pa.array([0, 0], pa.int32()),
-                    "__seq": pa.array([2 * i, 2 * i + 1], pa.int64()),
-                    PASS: [True, False],
-                }
-            )
-            for i in range(3)
-        ]
-        out = [b for b in run_task(plan)(iter(batches)) if b.num_rows]
-        kinds = [
-            "passed"
-            if b.column(PASS).true_count
-            else "meta"
-            if b.column(META).null_count < b.num_rows
-            else "output"
-            for b in out
-        ]
+        kinds = _passing_task(tmp_path, RowOrder(sides=False, kinds=True))
         assert kinds == ["passed", "passed", "passed", "output", "meta"]
+
+
+def _passing_task(tmp_path: Any, order: Any) -> list[str]:
+    """Run a task that passes side 0's marked rows on, ordering its input
+    by ``order`` (``None``: as it comes), on three batches of two rows (one
+    marked each): what each batch it returns holds, in order."""
+    from operators._spark_task import META, PASS
+
+    passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
+    plan = StagePlan(
+        RunningAggregate(),
+        str(tmp_path / "state"),
+        1,
+        [["key", "value"]],
+        {},
+        StoreConfig(),
+        0,
+        None,
+        (0, passed),
+        order,
+    )
+    batches = [
+        pa.record_batch(
+            {
+                "s0__0": [f"k{i}", f"k{i}"],
+                "s0__1": pa.array([1, 2], pa.int64()),
+                "row_kind": ["+I", "+I"],
+                "__side": pa.array([0, 0], pa.int32()),
+                **({} if order is None else {"__seq": pa.array([2 * i, 2 * i + 1], pa.int64())}),
+                PASS: [True, False],
+            }
+        )
+        for i in range(3)
+    ]
+    out = [b for b in run_task(plan)(iter(batches)) if b.num_rows]
+    return [
+        "passed"
+        if b.column(PASS).true_count
+        else "meta"
+        if b.column(META).null_count < b.num_rows
+        else "output"
+        for b in out
+    ]
 
 
 def _in_a_task(monkeypatch: pytest.MonkeyPatch, batch: TaskBatch | None) -> None:
