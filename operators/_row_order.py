@@ -16,8 +16,12 @@ processes a side, alternating, each the median of 16 batches). The task
 sorts instead, in Arrow, and bounds its memory as Spark's sort does: a
 partition of up to :data:`SORT_BYTES` of Arrow input is sorted in memory;
 past that, the task writes each :data:`SORT_BYTES` of it to local disk (the
-executor's, where Spark spills) as a sorted run and merges the runs, holding
-:data:`MERGE_ROWS` rows of each.
+executor's, where Spark spills) as a sorted run, and merges the runs
+:data:`MERGE_WAYS` at a time, in as many passes as it takes, holding a
+file batch of each (at most :data:`MERGE_ROWS` rows and about
+:data:`MERGE_BYTES`). However large the partition, the task then holds
+at most a few times :data:`SORT_BYTES` of it (the rows held, and a sorted
+copy of them or of a merge step), and has :data:`MERGE_WAYS` files open.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import os
 import tempfile
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +39,16 @@ import pyarrow.compute as pc
 
 from operators._changelog import ROW_KIND, RowKind
 
-__all__ = ["MERGE_ROWS", "SEQ", "SIDE", "SORT_BYTES", "RowOrder", "RowSorter"]
+__all__ = [
+    "MERGE_BYTES",
+    "MERGE_ROWS",
+    "MERGE_WAYS",
+    "SEQ",
+    "SIDE",
+    "SORT_BYTES",
+    "RowOrder",
+    "RowSorter",
+]
 
 #: A stage's input column: the side of the stage a row belongs to.
 SIDE = "__side"
@@ -44,8 +57,12 @@ SEQ = "__seq"
 #: A task sorts up to this many bytes of its input (Arrow's) in memory;
 #: past it, it writes sorted runs of this size to local disk and merges them.
 SORT_BYTES = 64 << 20
-#: Rows a merge holds of each run at a time.
+#: Runs merged at once; more are merged in passes, into longer runs.
+MERGE_WAYS = 16
+#: A run's file batches, each of which a merge holds at once: at most this
+#: many rows, and of about this many bytes (a row at least).
 MERGE_ROWS = 65_536
+MERGE_BYTES = SORT_BYTES // MERGE_WAYS
 
 #: The sort key that puts retractions first (false) at one sequence number.
 _ACCUMULATES = "__accumulates"
@@ -131,6 +148,7 @@ class RowSorter:
         self._runs: list[str] = []
         self._cleanup = ExitStack()
         self._directory = ""
+        self._written = 0
 
     def __enter__(self) -> RowSorter:
         return self
@@ -156,12 +174,14 @@ class RowSorter:
         if not self._directory:
             make = tempfile.TemporaryDirectory(prefix="relstate-sort-", dir=_spill_root())
             self._directory = self._cleanup.enter_context(make)
-        path = os.path.join(self._directory, f"{len(self._runs)}.arrow")
         rows = self.order._sorted(self.order._keyed(pa.Table.from_batches(self._held)))
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
-            writer.write_table(rows, max_chunksize=MERGE_ROWS)
-        self._runs.append(path)
+        self._runs.append(_write_run(self._path(), [rows]))
         self._held, self._size = [], 0
+
+    def _path(self) -> str:
+        """A new run's file."""
+        self._written += 1
+        return os.path.join(self._directory, f"{self._written}.arrow")
 
     @property
     def spilled(self) -> int:
@@ -179,7 +199,14 @@ class RowSorter:
             return
         if self._held:
             self._spill()
-        for rows in _merged(order, self._runs):
+        runs = self._runs
+        while len(runs) > MERGE_WAYS:
+            # A pass: each MERGE_WAYS runs in a row become one, in order.
+            groups = [runs[i : i + MERGE_WAYS] for i in range(0, len(runs), MERGE_WAYS)]
+            runs = [_write_run(self._path(), _merged(order, g)) for g in groups]
+            for path in (p for g in groups for p in g):
+                os.unlink(path)
+        for rows in _merged(order, runs):
             yield from order._without_keys(rows).to_batches()
 
 
@@ -189,6 +216,22 @@ def _spill_root() -> str | None:
     where PySpark's own shuffle spills too); else (not in Spark) Python's
     temporary directory."""
     return os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
+
+
+def _write_run(path: str, parts: Iterable[pa.Table]) -> str:
+    """Sorted, keyed ``parts`` (one after another) as a run's file at
+    ``path``, in file batches a merge can hold (:data:`MERGE_ROWS`,
+    :data:`MERGE_BYTES`)."""
+    writer = None
+    with pa.OSFile(path, "wb") as sink:
+        for rows in parts:
+            if writer is None:
+                writer = pa.ipc.new_file(sink, rows.schema)
+            per_row = max(rows.nbytes // max(rows.num_rows, 1), 1)
+            writer.write_table(rows, max_chunksize=max(min(MERGE_ROWS, MERGE_BYTES // per_row), 1))
+        if writer is not None:
+            writer.close()
+    return path
 
 
 class _Run:
@@ -204,13 +247,15 @@ class _Run:
         self.read()
 
     def read(self) -> None:
-        """Hold the run's next file batch (none left: close the file)."""
-        if self.next == self.file.num_record_batches:
-            self.rows = None
-            self.source.close()
-            return
-        self.rows = pa.Table.from_batches([self.file.get_batch(self.next)])
-        self.next += 1
+        """Hold the run's next file batch with rows (none left: close the file)."""
+        while self.next < self.file.num_record_batches:
+            batch = self.file.get_batch(self.next)
+            self.next += 1
+            if batch.num_rows:
+                self.rows = pa.Table.from_batches([batch])
+                return
+        self.rows = None
+        self.source.close()
 
 
 def _merged(order: RowOrder, paths: list[str]) -> Iterator[pa.Table]:

@@ -66,19 +66,32 @@ def test_rows_come_in_order_and_stable_without_the_sequence(order: RowOrder) -> 
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=repr)
-@pytest.mark.parametrize(("memory_bytes", "merge_rows"), [(2_000, 64), (20_000, 7), (1, 1_000)])
+@pytest.mark.parametrize(
+    ("memory_bytes", "merge_rows", "merge_bytes", "ways"),
+    [
+        (2_000, 64, 1 << 20, 16),
+        (20_000, 7, 1 << 20, 16),
+        (1, 1_000, 1 << 20, 16),
+        (3_000, 1_000, 500, 3),
+    ],
+)
 def test_a_partition_past_the_memory_budget_is_merged_from_runs_in_the_same_order(
     order: RowOrder,
     memory_bytes: int,
     merge_rows: int,
+    merge_bytes: int,
+    ways: int,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
     """Past its memory budget the sorter writes sorted runs to disk and
-    merges them, a few rows of each at a time: the rows come in the same
-    order as sorted in memory, ties in input order across runs too; the
-    runs are gone once the sorter closes."""
+    merges them, a file batch of each at a time (of at most so many rows and
+    about so many bytes), so many runs at once (more in passes): the rows
+    come in the same order as sorted in memory, ties in input order across
+    runs too; the runs are gone once the sorter closes."""
     monkeypatch.setattr(_row_order, "MERGE_ROWS", merge_rows)
+    monkeypatch.setattr(_row_order, "MERGE_BYTES", merge_bytes)
+    monkeypatch.setattr(_row_order, "MERGE_WAYS", ways)
     monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     rows = partition(2_000, seed=2)
@@ -90,6 +103,33 @@ def test_a_partition_past_the_memory_budget_is_merged_from_runs_in_the_same_orde
         out = pa.Table.from_batches(list(sorter.rows()))
     assert out.column("at").to_pylist() == expected(rows, order)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_merge_holds_a_bounded_batch_of_at_most_so_many_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """However many runs a partition makes, a merge holds a file batch of
+    about ``MERGE_BYTES`` from each of at most ``MERGE_WAYS`` runs at once:
+    more runs are merged in passes first."""
+    monkeypatch.setattr(_row_order, "MERGE_BYTES", 2_000)
+    monkeypatch.setattr(_row_order, "MERGE_WAYS", 4)
+    held: list[tuple[int, int]] = []
+    merged = _row_order._merged
+
+    def watched(order: RowOrder, paths: list[str]) -> Any:
+        runs = [_row_order._Run(p, i) for i, p in enumerate(paths)]
+        held.append((len(paths), max(r.rows.nbytes for r in runs if r.rows is not None)))
+        for run in runs:
+            run.source.close()
+        return merged(order, paths)
+
+    monkeypatch.setattr(_row_order, "_merged", watched)
+    rows = partition(3_000, seed=7)
+    out = ordered(rows, RowOrder(sides=True, kinds=True), memory_bytes=4_000, chunk=100)
+    assert out.column("at").to_pylist() == expected(rows, RowOrder(sides=True, kinds=True))
+    assert len(held) > 1  # passes before the last merge
+    assert all(ways <= 4 for ways, _ in held)
+    assert all(size <= 2 * 2_000 for _, size in held)
 
 
 def test_runs_are_removed_when_the_reader_stops_early(
