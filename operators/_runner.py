@@ -600,8 +600,7 @@ class _Driver:
         column of it is converted to Arrow and handed over, row by row in the
         JVM, so a constant row kind, copies of the key columns and a null
         sequence of an unordered stage cost a 400k-row batch a third of its
-        transfer (measured:
-        946 against 683 ms, median of 9). Rows are partitioned on the side's
+        transfer (measured: 946 against 683 ms, median of 9). Rows are partitioned on the side's
         own key columns, and with several inputs on ``coalesce`` of theirs
         (each side's columns are null in the other's rows), which hashes as
         the key's value.

@@ -238,12 +238,12 @@ def _run(
         given = _handing_on(own, handed_on)
         if sorter is not None:
             # The operator sees no row before the last is read and ordered;
-            # the rows to pass on go as they are read.
+            # the rows to pass on (a stage with no sink of its own) go as
+            # they are read.
             for read in given:
                 sorter.add(read)
-                if output is None:
-                    yield from passing
-                    passing.clear()
+                yield from passing
+                passing.clear()
             given = sorter.rows()
         rows = side_batches(given, plan.side_columns)
         outputs = _outputs(run, rows, plan, max_time)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from encoding import TableSchema
@@ -254,8 +255,8 @@ def spark_two_stage_floor(
                 columns = [pa.concat_arrays([keys, keys])]
                 if ordered:  # responses are side 1, the rows passed on side 0
                     n = len(keys)
-                    columns.append(pa.array([1] * n + [0] * n, pa.int32()))
-                    columns.append(pa.array(range(emitted, emitted + 2 * n), pa.int64()))
+                    columns.append(pa.array(np.repeat(np.array([1, 0], np.int32), n)))
+                    columns.append(pa.array(np.arange(emitted, emitted + 2 * n, dtype=np.int64)))
                     emitted += 2 * n
                 yield pa.record_batch(columns, [key, SIDE, SEQ][: len(columns)])
 
