@@ -190,9 +190,7 @@ class StreamingJoin(Operator):
         if not (own.complete and theirs.complete):  # else every row is held
             self._load(batch, rows, keys, own, theirs)
         states = (own, theirs) if side == LEFT else (theirs, own)
-        rule = self._row
-        for kind, row, key in zip(row_kinds(batch), rows, keys, strict=True):
-            rule(ctx, states, row, key, kind, side)
+        self._rows(ctx, states, rows, keys, row_kinds(batch), side)
         # The tables are written at the end of the micro-batch (flush).
 
     def _load(
@@ -237,60 +235,67 @@ class StreamingJoin(Operator):
         self, ctx: OperatorContext, row: tuple[Any, ...], kind: RowKind, side: int
     ) -> None:
         left, right = self.views
-        self._row(ctx, (left, right), row, self._join_key[side](row), kind, side)
+        self._rows(ctx, (left, right), (row,), (self._join_key[side](row),), (kind,), side)
 
-    def _row(
+    def _rows(
         self,
         ctx: OperatorContext,
         states: tuple[SideRows[H], SideRows[H]],
-        row: Row,
-        key: Row,
-        kind: RowKind,
+        rows: Sequence[Row],
+        keys: Sequence[Row],
+        kinds: Sequence[RowKind],
         side: int,
     ) -> None:
-        """The emit rules for one input row of ``side`` with join key
-        ``key``, over each side's rows in ``states`` (its view record at a
-        time, its held rows on the batch path). An upsert is
-        :meth:`_replace`; any other row is accumulated or retracted here:
-        padded or unpadded on an outer side, each match gained or lost,
-        the row stored or removed. (One method, not two: a call per input
-        row counts on the batch path.)"""
+        """The emit rules for input rows ``rows`` of ``side`` (``keys``:
+        their join keys, ``kinds``: their row kinds), one after another,
+        over each side's rows in ``states`` (its view record at a time, its
+        held rows on the batch path). An upsert is :meth:`_replace`; any
+        other row is accumulated or retracted here: padded or unpadded on an
+        outer side, each match gained or lost, the row stored or removed.
+        (One loop over a run of rows, not a call per row: what each row
+        looks up on the sides and the join is looked up once, a cost per
+        input row on the batch path.)"""
         view, other = states[side], states[1 - side]
-        found = view.find(ctx, row, key)
-        candidates: Sequence[H] = (
-            () if not self.null_safe and None in key else other.records(ctx, key)
-        )
-        accumulate = kind is INS or kind is UPA  # kind.is_accumulate, inline
-        if accumulate and found is not None and view.has_unique_key:
-            self._replace(ctx, states, side, row, kind, found, candidates)
-            return
-        if not accumulate:
-            if found is None:
-                ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
-            else:  # with a unique key, retract what is stored under it
-                row = view.row(found)
-        matches = (
-            candidates if self.condition is None else self._matches(other, side, row, candidates)
-        )
-        padded = INS if accumulate else DEL
-        joined = padded if view.outer or other.outer else kind
+        find, records, add, retract = view.find, other.records, view.add, view.retract
+        outer, other_outer = view.outer, other.outer
+        upserts = view.has_unique_key
+        # Each match counts once per appearance: one, with a unique key.
+        counted = None if other.has_unique_key else other.appearances
+        null_safe, condition = self.null_safe, self.condition
+        pad = self._nulls[1 - side]
         emit = ctx.emit
-        if view.outer and not matches:
-            emit(row + self._nulls[1] if side == LEFT else self._nulls[0] + row, padded)
-        if other.outer:
-            change = self._gain if accumulate else self._lose
-            for m in matches:
-                change(ctx, other, side, row, m, joined)
-        elif matches:
-            self._pairs(ctx, other, side, row, matches, joined)
-        if accumulate:
-            # Each match counts once per appearance (one, with a unique key).
-            if other.has_unique_key:
-                view.add(ctx, row, found, len(matches))
-            else:
-                view.add(ctx, row, found, sum(map(other.appearances, matches)))
-        elif found is not None:
-            view.retract(ctx, found)
+        gain, lose = self._gain, self._lose
+        pairs = self._pairs
+        for row, key, kind in zip(rows, keys, kinds, strict=True):
+            found = find(ctx, row, key)
+            candidates: Sequence[H] = () if not null_safe and None in key else records(ctx, key)
+            accumulate = kind is INS or kind is UPA  # kind.is_accumulate, inline
+            if accumulate and found is not None and upserts:
+                self._replace(ctx, states, side, row, kind, found, candidates)
+                continue
+            if not accumulate:
+                if found is None:
+                    ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
+                else:  # with a unique key, retract what is stored under it
+                    row = view.row(found)
+            matches = (
+                candidates if condition is None else self._matches(other, side, row, candidates)
+            )
+            padded = INS if accumulate else DEL
+            joined = padded if outer or other_outer else kind
+            if outer and not matches:
+                emit(row + pad if side == LEFT else pad + row, padded)
+            if other_outer:
+                gain_or_lose = gain if accumulate else lose
+                for m in matches:
+                    gain_or_lose(ctx, other, side, row, m, joined)
+            elif matches:
+                pairs(ctx, other, side, row, matches, joined)
+            if accumulate:
+                gained = len(matches) if counted is None else sum(map(counted, matches))
+                add(ctx, row, found, gained)
+            elif found is not None:
+                retract(ctx, found)
 
     def _matches(
         self, other: SideRows[H], side: int, row: Row, candidates: Sequence[H]
