@@ -106,8 +106,9 @@ class RowOrder:
         """``rows`` with the columns of their sort key: before the side and
         the sequence number, whether each is known (not null), so that nulls
         come first whatever the sort does with them (pyarrow has moved its
-        null placement from the whole sort to each key); last, whether the row accumulates (a
-        row kind that is null, or none, does, as in :meth:`spark_order`)."""
+        null placement from the whole sort to each key); last, whether the
+        row accumulates (a row kind that is null, or none, does, as in
+        :meth:`spark_order`)."""
         for key in [SIDE, SEQ] if self.sides else [SEQ]:
             rows = rows.append_column(_known(key), rows.column(key).is_valid())
         if self.kinds:
@@ -246,6 +247,12 @@ class _Run:
         self.rows: pa.Table | None = None
         self.read()
 
+    def last(self, order: RowOrder) -> tuple[tuple[Any, ...], int]:
+        """The sort key of the last row held, then the run's index: where
+        the run's rows read so far end in the merge's order."""
+        assert self.rows is not None, "a run that is merged to its end holds nothing"
+        return order._key(self.rows, self.rows.num_rows - 1), self.index
+
     def read(self) -> None:
         """Hold the run's next file batch with rows (none left: close the file)."""
         while self.next < self.file.num_record_batches:
@@ -271,7 +278,7 @@ def _merged(order: RowOrder, paths: list[str]) -> Iterator[pa.Table]:
     runs = [_Run(path, i) for i, path in enumerate(paths)]
     try:
         while live := [r for r in runs if r.rows is not None]:
-            bound = min((order._key(r.rows, r.rows.num_rows - 1), r.index) for r in live if r.rows)
+            bound = min(run.last(order) for run in live)
             taken: list[pa.Table] = []
             for run in live:
                 rows = run.rows

@@ -186,9 +186,11 @@ class _Driver:
         #: Each planned stage's task, as the UDF column ``mapInArrow`` applies.
         self.udfs: dict[int, Column] = {}
         #: How each stage's input frame is made from its sides' frames.
-        self.inputs = [self._input_shape(i) for i in range(len(plans))]
-        for index, shape in enumerate(self.inputs):
-            self.plans[index] = replace(self.plans[index], order=shape.order)
+        self.inputs: list[_StageInput] = []
+        for index in range(len(plans)):
+            shape, order = self._input_shape(index)
+            self.inputs.append(shape)
+            self.plans[index] = replace(self.plans[index], order=order)
         #: The winner records of the last batch this driver recorded, written
         #: in a thread of their own while Spark ends that batch and starts the
         #: next (:meth:`settle`).
@@ -588,8 +590,9 @@ class _Driver:
         frames = [results[i.stream.index] if i.stream.is_stage else batch for i in inputs]
         return self.inputs[index].frame(frames)
 
-    def _input_shape(self, index: int) -> _StageInput:
-        """How stage ``index``'s input frame is made from its sides' frames:
+    def _input_shape(self, index: int) -> tuple[_StageInput, RowOrder | None]:
+        """How stage ``index``'s input frame is made from its sides' frames,
+        and how its tasks order the frame's rows (``None``: as they come):
         the rows of every input, under the stage's side names, repartitioned
         by the key; with ``__side`` when the stage has several inputs,
         ``row_kind`` when one of them is a changelog (a task takes a row
@@ -600,10 +603,10 @@ class _Driver:
         column of it is converted to Arrow and handed over, row by row in the
         JVM, so a constant row kind, copies of the key columns and a null
         sequence of an unordered stage cost a 400k-row batch a third of its
-        transfer (measured: 946 against 683 ms, median of 9). Rows are partitioned on the side's
-        own key columns, and with several inputs on ``coalesce`` of theirs
-        (each side's columns are null in the other's rows), which hashes as
-        the key's value.
+        transfer (measured: 946 against 683 ms, median of 9). Rows are
+        partitioned on the side's own key columns, and with several inputs
+        on ``coalesce`` of theirs (each side's columns are null in the
+        other's rows), which hashes as the key's value.
 
         The plan is written as SQL expression strings: Spark analyses the
         whole plan again at every DataFrame call, and every ``Column`` object
@@ -670,7 +673,7 @@ class _Driver:
         # Spark's global aggregate gathers its input into one task.
         by = [f"coalesce({', '.join(k)})" for k in zip(*keys, strict=True)] if several else keys[0]
         row_order = RowOrder(stage.sides_in_turn and several, kinds) if ordered else None
-        return _StageInput(parts, by, row_order, plan.partitions)
+        return _StageInput(parts, by, plan.partitions), row_order
 
     def _passed_on(self, index: int) -> tuple[int, _SideRows]:
         """What fused stage ``index`` passes on: its side of the source, and
@@ -890,9 +893,9 @@ def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -
 class _StageInput:
     """How a stage's input frame is made from its sides' frames, the same in
     every batch: its parts (:func:`_side_rows`) unioned by name and
-    repartitioned into ``partitions`` by ``by`` (SQL expressions all). With
-    ``order``, its tasks order each partition's rows
-    (:mod:`operators._row_order`); Spark does not.
+    repartitioned into ``partitions`` by ``by`` (SQL expressions all). Spark
+    does not order the rows: a stage's tasks do, where it is ordered
+    (:mod:`operators._row_order`).
 
     The frame is built with the JVM's ``Dataset`` calls, from lists of
     expressions made in the query's first batch: PySpark's ``selectExpr``
@@ -902,12 +905,9 @@ class _StageInput:
     and take 14 and 64 ms this way (separate runs, medians of 10 batches,
     load about 3): what is left is Spark analysing the plan at each call."""
 
-    def __init__(
-        self, parts: list[_Part], by: list[str], order: RowOrder | None, partitions: int
-    ) -> None:
+    def __init__(self, parts: list[_Part], by: list[str], partitions: int) -> None:
         self.parts = parts
         self.by = by
-        self.order = order
         self.partitions = partitions
         #: The JVM's lists of the expressions above, made in the first batch.
         self._java: tuple[list[Any], Any] | None = None

@@ -406,8 +406,8 @@ class TestStageInputFrame:
         ]
         parts = _side_rows(sides, kinds=True, ordered=True, sources=3)
         assert len(parts) == 1
-        projected = _StageInput(parts, [], None, 1).rows([batch, batch])
-        unioned = _StageInput(_unioned(sides, True, True, 3), [], None, 1).rows([batch, batch])
+        projected = _StageInput(parts, [], 1).rows([batch, batch])
+        unioned = _StageInput(_unioned(sides, True, True, 3), [], 1).rows([batch, batch])
         assert "Union" not in projected._jdf.queryExecution().analyzed().toString()
         columns = ["s0__0", "s1__0", "s1__1", "row_kind", "__side", "__seq"]
         got = sorted(projected.select(*columns).collect(), key=str)
