@@ -51,6 +51,10 @@ class OperatorContext(abc.ABC):
 
     batch_id: int
     partition_id: int
+    #: How many partitions the operator's stage runs on (the partition of a
+    #: key is Spark's hash of it modulo this): an operator that brings rows
+    #: of its own, such as an initial state, keeps those of its partition.
+    partition_count: int = 1
     #: The event-time watermark in force for this batch (``None`` before the
     #: first watermark), in milliseconds since the epoch.
     watermark: int | None

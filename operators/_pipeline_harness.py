@@ -78,7 +78,10 @@ class PipelineHarness:
         self.pipeline = pipeline
         self.tie_break = tie_break
         self.harnesses: list[list[OperatorHarness]] = [
-            [OperatorHarness(s.operator, backend, partition_id=p) for p in range(n)]
+            [
+                OperatorHarness(s.operator, backend, partition_id=p, partition_count=n)
+                for p in range(n)
+            ]
             for s, n in zip(pipeline.stages, counts, strict=True)
         ]
         self._delays = pipeline.watermark_delays()

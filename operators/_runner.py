@@ -105,7 +105,11 @@ class QueryOptions(TypedDict, total=False):
     anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint stays
     where Spark can write it (default: ``checkpoint/state``). ``progress`` is
     called with each finished batch's summary (default: one line on stderr
-    when it is a terminal).
+    when it is a terminal). ``clock`` gives a batch's processing time in
+    milliseconds from its id, for a batch that has none recorded yet (the
+    journal records it before the batch's first run, so a batch run again
+    keeps it); by default the wall clock. Tests use it to replay another
+    run's batch times.
     """
 
     store_config: StoreConfig | None
@@ -113,6 +117,7 @@ class QueryOptions(TypedDict, total=False):
     query_name: str | None
     state_location: str | None
     progress: Progress | None
+    clock: Callable[[int], int] | None
 
 
 def _source_column(source: int, name: str) -> str:
@@ -1177,7 +1182,7 @@ def start(
             f"the state at {redact(location)} is being repartitioned; run `relstate "
             "repartition` on it again to finish, then start the query"
         )
-    journal = Journal(fs, root, redact(location))
+    journal = Journal(fs, root, redact(location), options.get("clock"))
     shapes: list[StageShape] = []
     plans: list[StagePlan] = []
     for stage in pipeline.stages:

@@ -227,6 +227,7 @@ def _run(
         batch.watermark,
         batch.previous_watermark,
         batch.processing_time,
+        partition_count=plan.partitions,
     )
     max_time: dict[str, int] = {}
     part = None

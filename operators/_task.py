@@ -97,8 +97,10 @@ class BatchRun(OperatorContext):
         previous_watermark: int | None,
         processing_time: int | None = None,
         log: Any | None = None,
+        partition_count: int = 1,
     ) -> None:
         self.operator = operator
+        self.partition_count = partition_count
         self._tables = {k: v for k, v in tables.items() if k != TIMERS.name}
         self._timers = tables[TIMERS.name]
         self.batch_id = batch_id
@@ -178,6 +180,11 @@ class BatchRun(OperatorContext):
         self._timers.delete_key((_DOMAIN[timer.domain], timer.time, timer.key))
 
     # -- the steps ------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the operator's batch (its ``open`` hook), if no step has yet:
+        for a driver that calls the operator's handlers itself."""
+        self._open()
 
     def _open(self) -> None:
         if not self._opened:

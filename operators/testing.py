@@ -77,9 +77,11 @@ class OperatorHarness:
         path: str | Path | None = None,
         partition_id: int = 0,
         consistency: ConsistencyMode | str | None = None,
+        partition_count: int = 1,
     ) -> None:
         self.operator = operator
         self.partition_id = partition_id
+        self.partition_count = partition_count
         schemas = state_tables(operator)
         mode = ConsistencyMode(operator.consistency if consistency is None else consistency)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -149,6 +151,7 @@ class OperatorHarness:
                 self.watermark,
                 self.watermark,
                 self.processing_time,
+                partition_count=self.partition_count,
             )
         return self._run
 
@@ -276,6 +279,7 @@ class OperatorHarness:
             self.watermark,
             previous,
             self.processing_time,
+            partition_count=self.partition_count,
         )
         emitted: list[Emitted] = []
         for side, batch in runs:

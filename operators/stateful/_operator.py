@@ -1,0 +1,585 @@
+"""``StatefulProcessorOperator``: a user's Spark ``StatefulProcessor`` run as a
+relstate operator, unchanged, with its state variables in state tables.
+
+Per partition and batch it does what Spark's ``TransformWithStateExec`` does,
+in Spark's order: ``init`` on a fresh handle, the initial state (batch 0
+only), the input rows grouped by key (in ``EventTime`` mode rows at or below
+the previous batch's watermark are dropped first), the due timers in time
+order, then ``close``. docs/transform-with-state.md has the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from encoding import KeyCodec, TableSchema
+from operators._operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._spark_hash import spark_partition
+from operators.errors import InputError
+from operators.stateful._handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
+from operators.stateful._state import (
+    ListStateImpl,
+    MapStateImpl,
+    Scope,
+    ValueStateImpl,
+    VariableState,
+    rows_batch,
+)
+from operators.stateful._types import arrow_schema
+from operators.stateful._variables import StateVariable, declare, timers_table
+from statestore import ConsistencyMode
+
+if TYPE_CHECKING:
+    from operators._watermark import Watermark
+
+__all__ = ["BatchState", "StatefulProcessorOperator"]
+
+_MODES = {"append": "Append", "update": "Update"}
+_TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "EventTime"}
+_ROW = "$row"
+#: Spark's counter names.
+LATE = "numRowsDroppedByWatermark"
+FIRED = "numExpiredTimers"
+REGISTERED = "numRegisteredTimers"
+DELETED = "numDeletedTimers"
+EXPIRED = "numValuesRemovedDueToTTLExpiry"
+_STATES: dict[str, type[VariableState]] = {
+    "value": ValueStateImpl,
+    "list": ListStateImpl,
+    "map": MapStateImpl,
+}
+
+
+def _table(data: Any, what: str) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise InputError(f"{what} is a pyarrow Table or a pandas DataFrame, got {type(data).__name__}")
+
+
+class StatefulProcessorOperator(Operator):
+    """Runs ``processor`` (a ``pyspark.sql.streaming.StatefulProcessor``) over
+    relstate state, as ``df.groupBy(*grouping_keys).transformWithState(...)``
+    (``flavour="rows"``: ``Row`` iterators in and out) or
+    ``transformWithStateInPandas`` (``flavour="pandas"``: DataFrames).
+
+    ``input_schema`` is the Arrow schema of the input rows, ``output_schema``
+    Spark's (a ``StructType`` or a DDL string). ``output_mode`` is
+    ``"Append"`` or ``"Update"`` (both emit what the processor returns, as
+    Spark does); ``time_mode`` ``"None"``, ``"ProcessingTime"`` or
+    ``"EventTime"``. ``event_time_column`` is Spark's ``eventTimeColumnName``:
+    an output timestamp column that carries the watermark downstream (an
+    emitted row older than the batch's late-row watermark fails the batch, as
+    in Spark). In ``EventTime`` mode input rows are late against the
+    watermark of ``input_event_time`` (default: the column of the query's
+    watermark on the input).
+
+    ``initial_state`` (a pyarrow Table or pandas DataFrame) goes to
+    ``handleInitialState`` in batch 0, grouped by ``initial_state_keys``
+    (default: the grouping key names), which must have the grouping keys'
+    types (they are cast to them): one call per row for ``rows``, one per key
+    with its rows as a DataFrame for ``pandas``.
+
+    The processor's ``init`` runs once here, on a recording handle, so that
+    its state variables are known (and refused, if relstate cannot hold one)
+    before the query starts; it runs again at the start of every batch, as
+    in Spark, and must declare the same variables.
+    """
+
+    consistency = ConsistencyMode.UNCHECKED
+    #: PySpark's ``TwsTester`` refuses an event-time timer at or below the
+    #: watermark; Spark's operator takes it (it fires in the same batch).
+    refuse_past_event_timers = False
+
+    def __init__(
+        self,
+        processor: Any,
+        input_schema: pa.Schema,
+        grouping_keys: Sequence[str],
+        output_schema: Any,
+        output_mode: str = "Update",
+        time_mode: str = "None",
+        event_time_column: str | None = None,
+        initial_state: Any = None,
+        flavour: str = "rows",
+        *,
+        input_event_time: str | None = None,
+        initial_state_keys: Sequence[str] | None = None,
+        name: str = "transform_with_state",
+    ) -> None:
+        if not callable(getattr(processor, "handleInputRows", None)) or not callable(
+            getattr(processor, "init", None)
+        ):
+            raise InputError(
+                f"processor must be a StatefulProcessor (init, handleInputRows), got "
+                f"{type(processor).__name__}"
+            )
+        if flavour not in ("rows", "pandas"):
+            raise InputError(f"flavour is 'rows' or 'pandas', got {flavour!r}")
+        mode = _MODES.get(str(output_mode).lower())
+        if mode is None:
+            raise InputError(
+                f"outputMode {output_mode!r}: transformWithState takes 'Append' or 'Update'"
+            )
+        time = _TIME_MODES.get(str(time_mode).lower())
+        if time is None:
+            raise InputError(
+                f"timeMode {time_mode!r}: one of 'None', 'ProcessingTime', 'EventTime'"
+            )
+        if isinstance(grouping_keys, str):
+            grouping_keys = [grouping_keys]
+        missing = [k for k in grouping_keys if k not in input_schema.names]
+        if not grouping_keys or missing:
+            raise InputError(
+                f"grouping keys {list(grouping_keys)} must be columns of the input "
+                f"{input_schema.names}"
+            )
+        self.name = name
+        self.processor = processor
+        self.flavour = flavour
+        self.output_mode = mode
+        self.time_mode = time
+        self.grouping_keys = list(grouping_keys)
+        self.grouping = [input_schema.field(k) for k in grouping_keys]
+        self.inputs = [input_schema]
+        self.output = arrow_schema(output_schema, "outputStructType")
+        self.event_time_column = event_time_column or None
+        if self.event_time_column is not None:
+            if self.event_time_column not in self.output.names:
+                raise InputError(
+                    f"eventTimeColumnName {self.event_time_column!r} is not a column of the "
+                    f"output {self.output.names}"
+                )
+            if not pa.types.is_timestamp(self.output.field(self.event_time_column).type):
+                raise InputError(
+                    f"eventTimeColumnName {self.event_time_column!r} must be a timestamp column"
+                )
+        if input_event_time is not None:
+            if input_event_time not in input_schema.names or not pa.types.is_timestamp(
+                input_schema.field(input_event_time).type
+            ):
+                raise InputError(
+                    f"input_event_time {input_event_time!r} must be a timestamp column of the "
+                    f"input {input_schema.names}"
+                )
+        self.input_event_time = input_event_time
+        self.initial_state = self._initial(initial_state, initial_state_keys)
+        self.initial_state_keys = list(initial_state_keys or self.grouping_keys)
+        recorded = declare(processor, self.grouping, time)
+        self.variables: dict[str, StateVariable] = recorded.variables
+        #: Names ``init`` passed to ``deleteIfExists``.
+        self.deleted = list(recorded.deleted)
+        tables: list[TableSchema] = []
+        for variable in self.variables.values():
+            tables.extend(variable.tables(self.grouping))
+        if time != "None":
+            tables.append(timers_table(self.grouping))
+        ids = [t.table_id for t in tables]
+        if len(set(ids)) != len(ids):
+            raise InputError(
+                f"the state variables {sorted(self.variables)} hash to one table id; "
+                "rename one of them"
+            )
+        self.tables = tables
+        self._key_codec = KeyCodec(TableSchema(1, self.grouping, self.grouping_keys))
+        self._domain = TimeDomain.EVENT_TIME if time == "EventTime" else TimeDomain.PROCESSING_TIME
+        self._batch: BatchState | None = None
+
+    def _initial(self, data: Any, keys: Sequence[str] | None) -> pa.Table | None:
+        if data is None:
+            return None
+        table = _table(data, "initial_state")
+        names = list(keys or self.grouping_keys)
+        if len(names) != len(self.grouping_keys) or any(n not in table.column_names for n in names):
+            raise InputError(
+                f"initial_state needs its grouping columns {names} (one per grouping key "
+                f"{self.grouping_keys}); it has {table.column_names}"
+            )
+        for name, field in zip(names, self.grouping, strict=True):
+            column = table.column(name)
+            if column.type != field.type:
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise InputError(
+                        f"initial_state column {name!r} ({column.type}) does not cast to the "
+                        f"grouping key's type {field.type}: {exc}"
+                    ) from exc
+                table = table.set_column(table.column_names.index(name), name, column)
+        return table
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_batch"] = None
+        return state
+
+    # -- the query ----------------------------------------------------------------------
+
+    def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:
+        """In ``EventTime`` mode the input's watermark column judges late rows,
+        unless ``input_event_time`` names one."""
+        if self.time_mode == "EventTime" and self.input_event_time is None and 0 in watermarks:
+            self.input_event_time = watermarks[0].column
+
+    # -- the batch ----------------------------------------------------------------------
+
+    def open(self, ctx: OperatorContext) -> None:
+        """Spark's start of a partition's batch: ``init``, expired TTL
+        entries removed, the initial state in batch 0."""
+        batch = self._batch = BatchState(self, ctx)
+        handle = RuntimeHandle(batch)
+        self.processor.init(handle)
+        handle.check(self.variables)
+        removed = sum(s.expire(ctx.processing_time) for s in batch.states.values())
+        if removed:
+            ctx.count(EXPIRED, removed)
+        if ctx.batch_id == 0 and self.initial_state is not None:
+            self._handle_initial_state(ctx, batch)
+
+    def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
+        """Late rows out, the rest grouped by key, ``handleInputRows`` per key."""
+        state = self._state()
+        batch = self._on_time(ctx, batch)
+        if not batch.num_rows:
+            return
+        names = self.inputs[0].names
+        keys, starts, order = _groups(batch, self.grouping_keys)
+        state.enter_chunk(keys)
+        values = batch.select(names).take(order)
+        timer_values = state.timer_values
+        handle = self.processor.handleInputRows
+        scope = state.scope
+        if self.flavour == "rows":
+            rows = _rows(values)
+            for i, key in enumerate(state.chunk_keys):
+                scope.key = key
+                state.collect(handle(key, iter(rows[starts[i] : starts[i + 1]]), timer_values))
+        else:
+            frame = _frame(values)
+            for i, key in enumerate(state.chunk_keys):
+                scope.key = key
+                part = frame.iloc[starts[i] : starts[i + 1]]
+                part.index = _range_index(starts[i + 1] - starts[i])
+                state.collect(handle(key, iter([part]), timer_values))
+        state.leave_chunk()
+        state.emit(ctx)
+
+    def on_timer(self, ctx: OperatorContext, timer: Timer) -> None:
+        """``handleExpiredTimer`` for the timer's key; the timer is deleted
+        after it, as Spark does (one the handler registers again at the same
+        time is gone too)."""
+        state = self._state()
+        key = self._key_codec.decode(bytes.fromhex(timer.key))
+        state.scope.key = key
+        info = ExpiredTimerInfo(timer.time)
+        handler = getattr(self.processor, "handleExpiredTimer", None)
+        if handler is not None:
+            state.collect(handler(key, state.timer_values, info))
+        state.delete_timer(key, timer.time, count=False)
+        ctx.count(FIRED)
+        state.emit(ctx)
+
+    def flush(self, ctx: OperatorContext) -> None:
+        """Write the state the processor changed to the tables."""
+        if self._batch is not None:
+            self._batch.flush()
+
+    def close(self, ctx: OperatorContext) -> None:
+        """The processor's ``close``, as Spark calls it at the end of a
+        partition's batch."""
+        if self._batch is not None:
+            self._batch.flush()
+            self.processor.close()
+            self._batch = None
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _state(self) -> BatchState:
+        if self._batch is None:
+            raise InputError(f"operator {self.name!r}: a batch step before open")
+        return self._batch
+
+    def _on_time(self, ctx: OperatorContext, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Spark's late-row filter in ``EventTime`` mode: a row whose event
+        time is at or below the previous batch's watermark is dropped."""
+        column = self.input_event_time
+        mark = ctx.previous_watermark
+        if self.time_mode != "EventTime" or column is None or mark is None:
+            return batch
+        times = batch.column(column)
+        micros = pc.cast(times, pa.timestamp("us", tz=times.type.tz)).cast(pa.int64())
+        kept = pc.fill_null(pc.greater(micros, mark * 1000), True)
+        late = batch.num_rows - pc.sum(kept.cast(pa.int64())).as_py()
+        if late:
+            ctx.count(LATE, late)
+            return batch.filter(kept)
+        return batch
+
+    def _handle_initial_state(self, ctx: OperatorContext, state: BatchState) -> None:
+        table = self.initial_state
+        assert table is not None
+        names = self.initial_state_keys
+        if ctx.partition_count > 1:
+            types = [f.type for f in self.grouping]
+            key_lists = [table.column(n).to_pylist() for n in names]
+            mine = [
+                spark_partition(key, types, ctx.partition_count) == ctx.partition_id
+                for key in zip(*key_lists, strict=True)
+            ]
+            table = table.filter(pa.array(mine, pa.bool_()))
+        if not table.num_rows:
+            return
+        batch = table.combine_chunks().to_batches()[0]
+        renamed = batch.select(names).rename_columns(self.grouping_keys)
+        keys, starts, order = _groups(renamed, self.grouping_keys)
+        state.enter_chunk(keys)
+        values = batch.take(order)
+        handler = getattr(self.processor, "handleInitialState", None)
+        scope = state.scope
+        if handler is not None:
+            if self.flavour == "rows":
+                rows = _rows(values)
+                for i, key in enumerate(state.chunk_keys):
+                    scope.key = key
+                    for row in rows[starts[i] : starts[i + 1]]:
+                        handler(key, row, state.timer_values)
+            else:
+                frame = _frame(values)
+                for i, key in enumerate(state.chunk_keys):
+                    scope.key = key
+                    part = frame.iloc[starts[i] : starts[i + 1]]
+                    part.index = _range_index(starts[i + 1] - starts[i])
+                    handler(key, part, state.timer_values)
+        state.leave_chunk()
+
+
+class BatchState:
+    """One partition's batch of a :class:`StatefulProcessorOperator`: the
+    variables' states, the current key, the timers, the output so far."""
+
+    def __init__(self, operator: StatefulProcessorOperator, ctx: OperatorContext) -> None:
+        self.operator = operator
+        self.ctx = ctx
+        self.grouping = operator.grouping
+        self.time_mode = operator.time_mode
+        self.scope = Scope(ctx.processing_time, operator.grouping_keys)
+        self.states: dict[str, VariableState] = {}
+        for name, variable in operator.variables.items():
+            ttl = ctx.table(variable.ttl_table) if variable.ttl_ms else None
+            cls = _STATES[variable.kind]
+            self.states[name] = cls(variable, self.scope, ctx.table(name), ttl)
+        self.chunk_keys: list[tuple[Any, ...]] = []
+        mode = operator.time_mode
+        if mode == "None":
+            self.timer_values = TimerValues(-1, -1)
+        elif mode == "ProcessingTime":
+            self.timer_values = TimerValues(ctx.processing_time, -1)
+        else:
+            mark = ctx.watermark
+            self.timer_values = TimerValues(ctx.processing_time, 0 if mark is None else mark)
+        self._out: list[Any] = []
+        #: What the handlers returned, as they returned it, when the caller
+        #: takes it raw (``TwsTester``) instead of as the batch's output.
+        self.raw: list[Any] | None = None
+
+    # -- chunks and output ----------------------------------------------------------------
+
+    def enter_chunk(self, keys: pa.Table) -> None:
+        columns = [c.to_pylist() for c in keys.columns]
+        self.chunk_keys = list(zip(*columns, strict=True))
+        self.scope.chunk = keys
+        self.scope.chunk_keys = set(self.chunk_keys)
+
+    def leave_chunk(self) -> None:
+        self.flush()
+        self.scope.chunk = None
+        self.scope.chunk_keys = set()
+
+    def collect(self, result: Iterable[Any] | None) -> None:
+        """Take what a handler returned (an iterator of Rows or DataFrames)."""
+        if result is not None:
+            self._out.extend(result)
+
+    def flush(self) -> None:
+        for state in self.states.values():
+            state.flush()
+
+    def emit(self, ctx: OperatorContext) -> None:
+        """Hand what the handlers returned on as one Arrow batch."""
+        if not self._out:
+            return
+        out, self._out = self._out, []
+        if self.raw is not None:
+            self.raw.extend(out)
+            return
+        operator = self.operator
+        if operator.flavour == "rows":
+            batch = _rows_out(out, operator.output)
+        else:
+            batch = _frames_out(out, operator.output)
+        if not batch.num_rows:
+            return
+        self._check_event_times(batch)
+        ctx.emit_batch(batch.columns)
+
+    def _check_event_times(self, batch: pa.RecordBatch) -> None:
+        column = self.operator.event_time_column
+        mark = self.ctx.previous_watermark
+        if column is None or mark is None or self.operator.time_mode != "EventTime":
+            return
+        times = batch.column(column)
+        micros = pc.cast(times, pa.timestamp("us", tz=times.type.tz)).cast(pa.int64())
+        oldest = pc.min(micros).as_py()
+        if oldest is not None and oldest < mark * 1000:
+            raise InputError(
+                f"EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED: the processor emitted a row "
+                f"whose {column!r} ({oldest} us) is older than the watermark ({mark} ms); Spark "
+                "fails the batch too"
+            )
+
+    # -- timers -------------------------------------------------------------------------
+
+    def _timers_allowed(self, call: str) -> None:
+        if self.time_mode == "None":
+            raise InputError(f"{call}: timers need timeMode 'ProcessingTime' or 'EventTime'")
+
+    def _timer(self, key: tuple[Any, ...], time: int) -> Timer:
+        encoded = self.operator._key_codec.encode(key).hex()
+        return Timer(time, encoded, self.operator._domain)
+
+    def register_timer(self, time: int) -> None:
+        self._timers_allowed("registerTimer")
+        if self.operator.refuse_past_event_timers and self.time_mode == "EventTime":
+            mark = self.ctx.watermark or 0
+            if time <= mark:
+                from pyspark.errors.exceptions.base import IllegalArgumentException
+
+                raise IllegalArgumentException(
+                    message=f"Cannot register timer with expiry {time} ms which is not later "
+                    f"than the current watermark {mark} ms."
+                )
+        key = self.scope.key
+        self.ctx.register_timer(self._timer(key, time))
+        self.ctx.table("$timers").upsert((*key, time))
+        self.ctx.count(REGISTERED)
+
+    def delete_timer(self, key: tuple[Any, ...], time: int, count: bool = True) -> None:
+        self._timers_allowed("deleteTimer")
+        self.ctx.delete_timer(self._timer(key, time))
+        if self.ctx.table("$timers").delete_key((*key, time)) is not None and count:
+            self.ctx.count(DELETED)
+
+    def list_timers(self) -> Iterator[int]:
+        self._timers_allowed("listTimers")
+        rows = self.ctx.table("$timers").scan(self.scope.key)
+        return iter([row[-1] for row in rows])
+
+
+def _groups(batch: pa.RecordBatch, names: Sequence[str]) -> tuple[pa.Table, list[int], pa.Array]:
+    """The distinct keys of ``batch`` in order of first appearance, where each
+    key's rows start in ``order`` (one more start at the end), and ``order``:
+    the row positions grouped by key, in input order within a key."""
+    table = pa.Table.from_batches([batch.select(list(names))])
+    table = table.append_column(_ROW, pa.array(np.arange(batch.num_rows, dtype=np.int64)))
+    grouped = table.group_by(list(names), use_threads=False).aggregate([(_ROW, "list")])
+    lists = grouped.column(f"{_ROW}_list").combine_chunks()
+    offsets = lists.offsets.to_pylist()
+    return grouped.select(list(names)), offsets, lists.values
+
+
+def _rows(values: pa.RecordBatch) -> list[Any]:
+    from pyspark.sql import Row
+
+    make = Row(*values.schema.names)
+    columns = [c.to_pylist() for c in values.columns]
+    return list(map(make, *columns)) if columns else [make() for _ in range(values.num_rows)]
+
+
+def _frame(values: pa.RecordBatch) -> Any:
+    """The rows as pandas, as PySpark hands them to a pandas UDF: timestamps
+    naive in UTC."""
+    columns = []
+    for column, field in zip(values.columns, values.schema, strict=True):
+        if pa.types.is_timestamp(field.type) and field.type.tz is not None:
+            column = column.cast(pa.timestamp(field.type.unit))
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=values.schema.names).to_pandas()
+
+
+def _range_index(n: int) -> Any:
+    import pandas as pd
+
+    return pd.RangeIndex(n)
+
+
+def _rows_out(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows a handler returned, matched to the output schema by field name
+    (as PySpark's ``Row.asDict``; a name the row lacks is null), or by
+    position for a plain tuple."""
+    names = schema.names
+    tuples: list[Any] = []
+    for row in rows:
+        fields = getattr(row, "__fields__", None)
+        if fields is None or fields == names:
+            tuples.append(row)
+        else:
+            as_dict = row.asDict()
+            tuples.append(tuple(as_dict.get(n) for n in names))
+    try:
+        return rows_batch(list(schema), tuples)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InputError(
+            f"the processor returned rows that do not fit the output schema {schema}: {exc}"
+        ) from exc
+
+
+def _frames_out(frames: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    """DataFrames a handler returned, as one batch of the output schema:
+    columns by name when every label is a string, else by position (as
+    PySpark's ``assign_cols_by_name``)."""
+    import pandas as pd
+
+    names = schema.names
+    parts = []
+    for frame in frames:
+        if not isinstance(frame, pd.DataFrame):
+            raise InputError(
+                f"a pandas processor returns an iterator of pandas DataFrames, got "
+                f"{type(frame).__name__}"
+            )
+        if frame.empty and not len(frame):
+            continue
+        if all(isinstance(c, str) for c in frame.columns):
+            missing = [n for n in names if n not in frame.columns]
+            if missing:
+                raise InputError(
+                    f"a returned DataFrame lacks output column(s) {missing}; it has "
+                    f"{list(frame.columns)}"
+                )
+            parts.append(frame[names])
+        else:
+            renamed = frame.iloc[:, : len(names)].copy()
+            renamed.columns = names
+            parts.append(renamed)
+    if not parts:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    try:
+        table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+        raise InputError(
+            f"the processor returned DataFrames that do not fit the output schema {schema}: {exc}"
+        ) from exc
+    table = table.combine_chunks()
+    batches = table.to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
