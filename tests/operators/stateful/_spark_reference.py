@@ -36,6 +36,7 @@ __all__ = [
     "Case",
     "SparkRun",
     "batch_times",
+    "first_batch_done",
     "input_stream",
     "row_of",
     "start_spark",
@@ -108,8 +109,8 @@ def write_input(case: Case, directory: Path) -> None:
 def input_stream(spark: Any, directory: Path, case: Case) -> Any:
     """The streaming DataFrame of a case's files, one file per batch, with
     the case's watermark."""
-    frame = spark.readStream.schema(INPUT_DDL).option("maxFilesPerTrigger", 1).parquet(
-        str(directory)
+    frame = (
+        spark.readStream.schema(INPUT_DDL).option("maxFilesPerTrigger", 1).parquet(str(directory))
     )
     if case.delay_ms is not None:
         frame = frame.withWatermark("ts", f"{case.delay_ms} milliseconds")
@@ -172,6 +173,17 @@ def start_spark(
             else:
                 spark.conf.set(k, v)
     return query, run
+
+
+def first_batch_done(query: Any, timeout_s: float = 300.0) -> None:
+    """Wait until ``query`` has run its first batch (or stopped). Queries are
+    started one after the other's first batch: the first batch of Spark's
+    operator starts a Python worker on the driver that must connect back
+    within a fixed time, which several starting at once on a loaded machine
+    miss."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def batch_times(checkpoint: Path) -> list[tuple[int, int]]:

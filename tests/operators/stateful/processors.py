@@ -20,8 +20,8 @@ rather than null: a pandas column of integers cannot hold a null.
 from __future__ import annotations
 
 import calendar
-from abc import abstractmethod
 import datetime as dt
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
@@ -45,8 +45,8 @@ __all__ = [
     "MapOps",
     "MapTtl",
     "MultiState",
-    "Processor",
     "ProcessingTimers",
+    "Processor",
     "RunningCount",
     "ValueTtl",
     "epoch_ms",
@@ -239,7 +239,7 @@ class MapOps(Processor):
             elif op == "contains":
                 answer = str(self.map.containsKey(u))
             items = sorted(f"{k[0]}={w[0]}" for k, w in self.map.iterator())
-            keys = sorted(k[0] for k in self.map.keys())
+            keys = sorted(k[0] for k in self.map.keys())  # noqa: SIM118 (a MapState, no dict)
             values = sorted(w[0] for w in self.map.values())
             yield (
                 key,
