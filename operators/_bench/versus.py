@@ -368,7 +368,8 @@ def _rate(rows: int, seconds: float) -> str:
 
 
 def _cells(c: Comparison) -> list[str]:
-    goal = "" if c.goal is None else f"≥ {c.goal:.1f}"
+    # A goal below 1 (a slowdown allowed) needs two decimals to be read.
+    goal = "" if c.goal is None else f"≥ {c.goal:.1f}" if c.goal >= 1 else f"≥ {c.goal:.2f}"
     verdict = {None: "", True: "met", False: "not met"}[c.goal_met]
     return [
         c.name,

@@ -521,3 +521,43 @@ def test_the_pytest_benchmarks_in_bench_collect() -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert " error" not in done.stdout.splitlines()[-1]
+
+
+class TestTwsSuite:
+    def test_processor_and_native_operator_do_the_same_work(self) -> None:
+        """The tws suite's running count gives the same rows batch by batch as
+        a processor (both flavours) and as a native operator."""
+        from operators._bench.suite_tws import RunningCount, RunningCountProcessor, events, schema
+        from operators.stateful import StatefulProcessorOperator
+        from operators.testing import OperatorHarness
+
+        batches = events(300, 20, 3, seed=2)
+        harnesses = {
+            "native": OperatorHarness(RunningCount(schema())),
+            **{
+                flavour: OperatorHarness(
+                    StatefulProcessorOperator(
+                        RunningCountProcessor(pandas=flavour == "pandas"),
+                        schema(),
+                        ["k"],
+                        "k long, count long",
+                        flavour=flavour,
+                    )
+                )
+                for flavour in ("pandas", "rows")
+            },
+        }
+        for batch in batches:
+            (run,) = batch.to_batches()
+            out = {
+                name: Counter(row for _, row in h.run_batch([(0, run)]))
+                for name, h in harnesses.items()
+            }
+            assert out["native"] == out["pandas"] == out["rows"]
+            assert sum(count for _, count in out["native"]) > 0
+
+    def test_a_goal_below_one_shows_two_decimals(self) -> None:
+        """A goal that allows a slowdown (below 1) reads with two decimals."""
+        c = Comparison("layer", 1_000, 3.5, 2.0, "native", goal=1 / 1.5)
+        result = replace(_result(), comparisons=[c])
+        assert "≥ 0.67" in markdown(result) and "not met" in markdown(result)
