@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import EncodingError, RowCodec, TableSchema
+from encoding import EncodingError, RowCodec, SchemaError, TableSchema
 from operators.errors import InputError
 from operators.stateful._types import arrow_schema
 
@@ -63,7 +63,7 @@ def _encodable(fields: Sequence[pa.Field], what: str) -> None:
     for f in fields:
         try:
             RowCodec(TableSchema(1, [pa.field("$", pa.int8()), f], ["$"]))
-        except EncodingError:
+        except (EncodingError, SchemaError):
             raise InputError(
                 f"{what}: field {f.name!r} has type {f.type}; relstate's state tables hold "
                 "scalar columns (numbers, strings, binary, bool, date, timestamp, decimal), "
