@@ -142,7 +142,9 @@ class Timeout(StatefulProcessor):
         self.handle.registerTimer(self._now(timerValues) + self.after)
         return iter([])
 
-    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+    def handleExpiredTimer(
+        self, key: Any, timerValues: Any, expiredTimerInfo: Any
+    ) -> Iterator[Any]:
         current = self.count.get()
         seen = self.seen.get()
         self.count.clear()

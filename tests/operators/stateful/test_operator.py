@@ -61,12 +61,14 @@ class TestHandle:
     def test_value_state_calls(self, backend: str) -> None:
         """ValueState: exists/get before a value, update, get, clear, across commits."""
         h = self.everything(backend)
-        assert calls(h, ("v.exists", None), ("v.get", None), ("v.update", "x"), ("v.get", None)) == [
-            "False", "None", "None", "('x',)"
-        ]
+        assert calls(
+            h, ("v.exists", None), ("v.get", None), ("v.update", "x"), ("v.get", None)
+        ) == ["False", "None", "None", "('x',)"]
         h.commit()
         assert calls(h, ("v.exists", None), ("v.clear", None), ("v.get", None)) == [
-            "True", "None", "None"
+            "True",
+            "None",
+            "None",
         ]
         h.commit()
         assert calls(h, ("v.exists", None)) == ["False"]
@@ -76,18 +78,24 @@ class TestHandle:
         """ListState: appendValue, appendList, put, clear, get in order across commits."""
         h = self.everything(backend)
         assert calls(h, ("l.exists", None), ("l.appendValue", "a"), ("l.appendList", "b,c")) == [
-            "False", "None", "None"
+            "False",
+            "None",
+            "None",
         ]
         h.commit()
         assert calls(h, ("l.get", None), ("l.appendValue", "d"), ("l.get", None)) == [
-            "[('a',), ('b',), ('c',)]", "None", "[('a',), ('b',), ('c',), ('d',)]"
+            "[('a',), ('b',), ('c',)]",
+            "None",
+            "[('a',), ('b',), ('c',), ('d',)]",
         ]
         h.commit()
         assert calls(h, ("l.put", "x,y"), ("l.get", None)) == ["None", "[('x',), ('y',)]"]
         h.commit()
         assert list(h.table("list").scan()) == [("a", 0, "x"), ("a", 1, "y")]
         assert calls(h, ("l.clear", None), ("l.exists", None), ("l.get", None)) == [
-            "None", "False", "[]"
+            "None",
+            "False",
+            "[]",
         ]
         h.commit()
         assert list(h.table("list").scan()) == []
@@ -96,17 +104,31 @@ class TestHandle:
         """MapState: every call, the map's rows keyed by (key, user key)."""
         h = self.everything(backend)
         assert calls(
-            h, ("m.exists", None), ("m.updateValue", "p"), ("m.updateValue", "q"),
-            ("m.containsKey", "p"), ("m.getValue", "q"), ("m.getValue", "z"),
+            h,
+            ("m.exists", None),
+            ("m.updateValue", "p"),
+            ("m.updateValue", "q"),
+            ("m.containsKey", "p"),
+            ("m.getValue", "q"),
+            ("m.getValue", "z"),
         ) == ["False", "None", "None", "True", "('q!',)", "None"]
         h.commit()
         assert list(h.table("map").scan()) == [("a", "p", "p!"), ("a", "q", "q!")]
         assert calls(
-            h, ("m.iterator", None), ("m.keys", None), ("m.values", None), ("m.removeKey", "p"),
-            ("m.keys", None), ("m.exists", None),
+            h,
+            ("m.iterator", None),
+            ("m.keys", None),
+            ("m.values", None),
+            ("m.removeKey", "p"),
+            ("m.keys", None),
+            ("m.exists", None),
         ) == [
-            "[(('p',), ('p!',)), (('q',), ('q!',))]", "[('p',), ('q',)]",
-            "[('p!',), ('q!',)]", "None", "[('q',)]", "True",
+            "[(('p',), ('p!',)), (('q',), ('q!',))]",
+            "[('p',), ('q',)]",
+            "[('p!',), ('q!',)]",
+            "None",
+            "[('q',)]",
+            "True",
         ]
         h.commit()
         assert calls(h, ("m.clear", None), ("m.exists", None)) == ["None", "False"]
@@ -131,7 +153,7 @@ class TestTtl:
         return harness(op, backend)
 
     def test_value_expires_at_write_plus_ttl(self, backend: str) -> None:
-        """A value written at t with TTL d is live at t + d - 1 and gone at t + d (Spark's StateTTL)."""
+        """Written at t with TTL d: live at t + d - 1, gone at t + d (Spark's StateTTL)."""
         h = self.ttl(backend)
         h.processing_time = 1000
         calls(h, ("v.update", "x"))
@@ -191,9 +213,12 @@ class TestTtl:
 
 class TestTimers:
     def test_processing_time_timer(self, backend: str) -> None:
-        """A processing-time timer fires in the first batch whose time reaches it, after the rows, once."""
+        """A processing-time timer fires once, in the first batch whose time reaches it."""
         op = StatefulProcessorOperator(
-            Timeout(1000), KV, ["key"], "key string, count long, seen string, fired long",
+            Timeout(1000),
+            KV,
+            ["key"],
+            "key string, count long, seen string, fired long",
             time_mode="ProcessingTime",
         )
         h = harness(op, backend)
@@ -216,11 +241,14 @@ class TestTimers:
         assert list(h.table("$timers").scan()) == [] and list(h.table("__timers").scan()) == []
 
     def test_event_time_timer_and_late_rows(self, backend: str) -> None:
-        """Event-time timers fire at the watermark; rows at or below the previous watermark are dropped."""
+        """Event-time timers fire at the watermark; rows <= the previous watermark are dropped."""
         op = StatefulProcessorOperator(
-            Timeout(1000, event_time=True), EVENTS, ["key"],
+            Timeout(1000, event_time=True),
+            EVENTS,
+            ["key"],
             "key string, count long, seen string, fired long",
-            time_mode="EventTime", input_event_time="ts",
+            time_mode="EventTime",
+            input_event_time="ts",
         )
         h = harness(op, backend)
 
@@ -234,7 +262,9 @@ class TestTimers:
             [(0, _events([("a", "late", at(4000)), ("b", "y", at(6000))]))], watermark=5000
         )
         assert h.last_metrics.get("numRowsDroppedByWatermark") in (None, 0)
-        out2 = h.run_batch([(0, _events([("b", "late", at(5000)), ("b", "ok", at(5001))]))], watermark=7000)
+        out2 = h.run_batch(
+            [(0, _events([("b", "late", at(5000)), ("b", "ok", at(5001))]))], watermark=7000
+        )
         assert h.last_metrics["numRowsDroppedByWatermark"] == 1
         # b's on-time row moved its timer to 8000; a's fires at 6000.
         assert [row for _, row in out + out2] == [("a", 2, "late", 6000)]
@@ -265,8 +295,12 @@ class TestInitialState:
 
         initial = pd.DataFrame({"key": ["a", "a"], "start": [1, 2]})
         op = StatefulProcessorOperator(
-            PandasRunningCount(), KV, ["key"], "key string, count long",
-            initial_state=initial, flavour="pandas",
+            PandasRunningCount(),
+            KV,
+            ["key"],
+            "key string, count long",
+            initial_state=initial,
+            flavour="pandas",
         )
         h = harness(op, backend)
         assert h.process_rows([("a", "x"), ("a", "y")]) == [(INS, ("a", 5))]
@@ -285,13 +319,15 @@ class TestInitialState:
         with PipelineHarness(pipeline, 3) as ph:
             rows = pa.table({"key": [f"k{i}" for i in range(20)], "value": ["x"] * 20})
             out = ph.run_batch({"input": rows})[op.name]
-        got = sorted(zip(out.column("key").to_pylist(), out.column("count").to_pylist()))
+        got = sorted(
+            zip(out.column("key").to_pylist(), out.column("count").to_pylist(), strict=True)
+        )
         assert got == sorted((f"k{i}", i + 1) for i in range(20))
 
 
 class TestDeleteIfExists:
     def test_deleted_variable_has_no_table_and_fails_on_use(self, backend: str) -> None:
-        """deleteIfExists in init drops the variable: no table, and a call on it fails (as Spark)."""
+        """deleteIfExists in init drops the variable: no table, a call on it fails (as Spark)."""
         op = StatefulProcessorOperator(DeletesOld(), KV, ["key"], "key string")
         assert [t.name for t in op.tables] == ["count"]
         assert op.deleted == ["tmp", "never_declared"]
@@ -302,7 +338,7 @@ class TestDeleteIfExists:
 
 class TestBadInput:
     def test_nested_state_type_refused_at_build(self) -> None:
-        """A state schema relstate cannot hold is refused when the operator is built, naming variable and call."""
+        """A state schema relstate cannot hold is refused at build, naming variable and call."""
 
         class Nested(StatefulProcessor):
             def init(self, handle: Any) -> None:
@@ -324,7 +360,7 @@ class TestBadInput:
             def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
                 return iter([])
 
-        with pytest.raises(InputError, match="'l' .getListState.*ttlDurationMs"):
+        with pytest.raises(InputError, match=r"'l' .getListState.*ttlDurationMs"):
             StatefulProcessorOperator(BadTtl(), KV, ["key"], "key string")
         with pytest.raises(InputError, match="outputStructType"):
             StatefulProcessorOperator(RunningCount(), KV, ["key"], "key strung")
@@ -336,7 +372,7 @@ class TestBadInput:
             StatefulProcessorOperator(RunningCount(), KV, ["nope"], "key string")
 
     def test_state_use_in_init_and_timers_without_time_mode(self, backend: str) -> None:
-        """State read in init is refused at build; a timer in timeMode None fails its batch, nothing committed."""
+        """State read in init is refused at build; a timer in timeMode None fails its batch."""
 
         class ReadsInInit(StatefulProcessor):
             def init(self, handle: Any) -> None:
@@ -345,15 +381,17 @@ class TestBadInput:
             def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
                 return iter([])
 
-        with pytest.raises(InputError, match="'v': get called in init"):
+        with pytest.raises(InputError, match=r"'v': get called in init"):
             StatefulProcessorOperator(ReadsInInit(), KV, ["key"], "key string")
-        op = StatefulProcessorOperator(Timeout(), KV, ["key"], "key string, count long, seen string, fired long")
+        op = StatefulProcessorOperator(
+            Timeout(), KV, ["key"], "key string, count long, seen string, fired long"
+        )
         h = harness(op, backend)
         with pytest.raises(InputError, match="timeMode"):
             h.process_rows([("a", "x")])
 
     def test_wrong_value_fails_without_commit(self, backend: str) -> None:
-        """A value that does not fit its schema fails the batch, naming the variable; state stays as committed."""
+        """A value that does not fit its schema fails the batch, naming the variable."""
 
         class Wrong(StatefulProcessor):
             def init(self, handle: Any) -> None:
@@ -388,5 +426,7 @@ def test_rows_out_by_name() -> None:
             list(rows)
             yield Row(count=7, key=key[0])
 
-    h = OperatorHarness(StatefulProcessorOperator(Reordered(), KV, ["key"], "key string, count long"))
+    h = OperatorHarness(
+        StatefulProcessorOperator(Reordered(), KV, ["key"], "key string, count long")
+    )
     assert h.process_rows([("a", "x")]) == [(INS, ("a", 7))]

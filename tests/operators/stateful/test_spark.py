@@ -42,7 +42,7 @@ def _per_batch(spark: Any, sink: ParquetSink, columns: list[str]) -> list[Counte
 
 @pytest.mark.parametrize("flavour", ["rows", "pandas"])
 def test_running_count_with_initial_state(spark: Any, tmp_path: Path, flavour: str) -> None:
-    """A running count with an initial state: the counts Spark's transformWithState gives, batch by batch."""
+    """A running count with initial state: Spark's counts, batch by batch."""
     source = _source(tmp_path)
     stream = (
         spark.readStream.schema("key string, value string")

@@ -32,7 +32,7 @@ class TestTwsTester:
         assert out.to_dict("list") == {"key": ["k1"], "count": [11]}
 
     def test_update_and_peek(self) -> None:
-        """update*State sets state directly; peek*State reads it; an undeclared name is an AssertionError."""
+        """update*State sets state, peek*State reads it; an unknown name is an AssertionError."""
         tester = TwsTester(TtlEverything())
         tester.updateValueState("value", "k", ("x",))
         tester.updateListState("list", "k", [("a",), ("b",)])
@@ -56,7 +56,7 @@ class TestTwsTester:
         assert tester.peekValueState("value", "k") is None
 
     def test_processing_time_timers(self) -> None:
-        """setProcessingTime fires due timers and returns what they emitted; time must move forward."""
+        """setProcessingTime fires due timers, returns their rows; time must move forward."""
         tester = TwsTester(Timeout(1000), timeMode="ProcessingTime")
         assert tester.test("a", [Row(key="a", value="x")]) == []
         assert tester.setProcessingTime(999) == []
@@ -67,13 +67,16 @@ class TestTwsTester:
             tester.setWatermark(5)
 
     def test_event_time_late_rows_and_timers(self) -> None:
-        """In EventTime mode rows at or below the watermark are dropped and setWatermark fires timers."""
+        """EventTime: rows <= the watermark are dropped; setWatermark fires timers."""
         tester = TwsTester(
             Timeout(100, event_time=True),
             timeMode="EventTime",
             eventTimeExtractor=lambda row: row["ts"],
         )
         tester.setWatermark(50)
-        assert tester.test("a", [Row(key="a", value="late", ts=50), Row(key="a", value="x", ts=60)]) == []
+        assert (
+            tester.test("a", [Row(key="a", value="late", ts=50), Row(key="a", value="x", ts=60)])
+            == []
+        )
         assert tester.peekValueState("count", "a") == (1,)
         assert tester.setWatermark(150) == [Row(key="a", count=1, seen="x", fired=150)]
