@@ -162,14 +162,14 @@ class StatefulProcessorOperator(Operator):
                 raise InputError(
                     f"eventTimeColumnName {self.event_time_column!r} must be a timestamp column"
                 )
-        if input_event_time is not None:
-            if input_event_time not in input_schema.names or not pa.types.is_timestamp(
-                input_schema.field(input_event_time).type
-            ):
-                raise InputError(
-                    f"input_event_time {input_event_time!r} must be a timestamp column of the "
-                    f"input {input_schema.names}"
-                )
+        if input_event_time is not None and (
+            input_event_time not in input_schema.names
+            or not pa.types.is_timestamp(input_schema.field(input_event_time).type)
+        ):
+            raise InputError(
+                f"input_event_time {input_event_time!r} must be a timestamp column of the "
+                f"input {input_schema.names}"
+            )
         self.input_event_time = input_event_time
         self.initial_state = self._initial(initial_state, initial_state_keys)
         self.initial_state_keys = list(initial_state_keys or self.grouping_keys)
@@ -581,5 +581,3 @@ def _frames_out(frames: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     table = table.combine_chunks()
     batches = table.to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
-
-

@@ -24,10 +24,17 @@ import pyarrow as pa
 
 from operators._ttl import expiry_time, live_from
 from operators.errors import InputError
-from operators.stateful._variables import EXPIRES_AT, POSITION, StateVariable
+from operators.stateful._variables import EXPIRES_AT, StateVariable
 from statestore import StateTable
 
-__all__ = ["ListStateImpl", "MapStateImpl", "Scope", "ValueStateImpl", "VariableState", "rows_batch"]
+__all__ = [
+    "ListStateImpl",
+    "MapStateImpl",
+    "Scope",
+    "ValueStateImpl",
+    "VariableState",
+    "rows_batch",
+]
 
 Key = tuple[Any, ...]
 _MISSING: Any = object()
@@ -90,18 +97,18 @@ class VariableState:
                 f"state variable {self.name!r}: {call} of None; use clear() to remove the state"
             )
         try:
-            value = tuple(value)
+            values: tuple[Any, ...] = tuple(value)
         except TypeError:
             raise InputError(
                 f"state variable {self.name!r}: {call} takes a tuple of "
                 f"{self._n_value} value(s) {self.variable.value.names}, got {value!r}"
             ) from None
-        if len(value) != self._n_value:
+        if len(values) != self._n_value:
             raise InputError(
-                f"state variable {self.name!r}: {call} of {value!r}, but its schema has "
+                f"state variable {self.name!r}: {call} of {values!r}, but its schema has "
                 f"{self._n_value} field(s) {self.variable.value.names}"
             )
-        return value
+        return values
 
     def _entry(self, key: Key) -> Any:
         entry = self._cache.get(key, _MISSING)
@@ -134,7 +141,7 @@ class VariableState:
             return 0
         self._table.delete_keys(gone.drop_columns([EXPIRES_AT]))
         self._ttl_table.clean_below(bound)
-        return gone.num_rows
+        return int(gone.num_rows)
 
     def flush(self) -> None:
         """Write what the processor changed to the tables, forget the rest."""
@@ -187,7 +194,9 @@ class ValueStateImpl(VariableState):
             for row in zip(*columns, strict=True):
                 entries[row[:n]] = row
         return {
-            k: [None, _MISSING] if row is None else [tuple(row[n : n + v]), row[-1] if self._ttl else 0]
+            k: [None, _MISSING]
+            if row is None
+            else [tuple(row[n : n + v]), row[-1] if self._ttl else 0]
             for k, row in entries.items()
         }
 
@@ -384,17 +393,17 @@ class MapStateImpl(VariableState):
     def _user_key(self, key: Any, call: str) -> tuple[Any, ...]:
         assert self.variable.user_key is not None
         try:
-            key = tuple(key)
+            user_key: tuple[Any, ...] = tuple(key)
         except TypeError:
             raise InputError(
                 f"state variable {self.name!r}: {call} takes the user key as a tuple, got {key!r}"
             ) from None
-        if len(key) != len(self.variable.user_key):
+        if len(user_key) != len(self.variable.user_key):
             raise InputError(
-                f"state variable {self.name!r}: {call} of user key {key!r}, but its user key "
-                f"schema has {len(self.variable.user_key)} field(s)"
+                f"state variable {self.name!r}: {call} of user key {user_key!r}, but its user "
+                f"key schema has {len(self.variable.user_key)} field(s)"
             )
-        return key
+        return user_key
 
     def _view(self) -> dict[tuple[Any, ...], Any]:
         entry = self._entry(self._scope.key)
@@ -415,7 +424,10 @@ class MapStateImpl(VariableState):
     def getValue(self, key: Any) -> tuple[Any, ...] | None:
         """The value of user key ``key``, or ``None``."""
         found = self._view().get(self._user_key(key, "getValue"))
-        return None if found is None else found[0]  # type: ignore[no-any-return]
+        if found is None:
+            return None
+        value: tuple[Any, ...] = found[0]
+        return value
 
     def containsKey(self, key: Any) -> bool:
         """Whether user key ``key`` is in the map."""

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from operators._task import BatchRun, state_tables
 from operators.stateful._operator import BatchState, StatefulProcessorOperator
-from statestore import ConsistencyMode, StateStore
+from statestore import ConsistencyMode, MemoryStateStore
 
 __all__ = ["TwsTester"]
 
@@ -59,7 +59,7 @@ class TwsTester:
             )
         self._keyType = keyType
         self._op: StatefulProcessorOperator | None = None
-        self._store: StateStore | None = None
+        self._store: MemoryStateStore | None = None
         self._version = -1
         if initialStateRow is not None:
             assert initialStatePandas is None, "Cannot specify both Row and Pandas initial states."
@@ -80,15 +80,16 @@ class TwsTester:
                 pa.schema([pa.field("key", key_type)]),
                 ["key"],
                 pa.schema([]),
-                output_mode=self._outputMode if self._outputMode.lower() != "complete" else "Update",
+                output_mode=self._outputMode
+                if self._outputMode.lower() != "complete"
+                else "Update",
                 time_mode=self._timeMode,
                 name="tws_tester",
             )
             op.refuse_past_event_timers = True
-            self._store = StateStore.in_memory(
-                op.name, 0, state_tables(op), ConsistencyMode.STRICT
-            )
-            self._store.load(None)
+            store = MemoryStateStore(op.name, 0, state_tables(op), ConsistencyMode.STRICT)
+            store.load(None)
+            self._store = store
             self._op = op
         return self._op
 

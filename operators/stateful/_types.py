@@ -44,7 +44,9 @@ _ATOMIC: dict[str, pa.DataType] = {
 }
 _DECIMAL = re.compile(r"(?:decimal|dec|numeric)\((\d+),(\d+)\)")
 _SIZED_STRING = re.compile(r"(?:var)?char\(\d+\)")
-_TOKEN = re.compile(r"\s*(`(?:[^`]|``)*`|[A-Za-z_][A-Za-z0-9_]*(?:\(\s*\d+\s*(?:,\s*\d+\s*)?\))?|[<>,:])")
+_TOKEN = re.compile(
+    r"\s*(`(?:[^`]|``)*`|[A-Za-z_][A-Za-z0-9_]*(?:\(\s*\d+\s*(?:,\s*\d+\s*)?\))?|[<>,:])"
+)
 
 
 def arrow_schema(schema: Any, what: str) -> pa.Schema:
@@ -149,7 +151,7 @@ class _Ddl:
             self.pos = start
             t = self._type()
             if not self._at_end():
-                raise _DdlError(f"unexpected {self.text[self.pos:].strip()[:20]!r}")
+                raise _DdlError(f"unexpected {self.text[self.pos :].strip()[:20]!r}")
             return pa.schema(list(t))
         if first.lower() in ("array", "map") and self._peek() == "<":
             self.pos = start

@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import EncodingError, RowCodec, TableSchema
+from encoding import EncodingError, RowCodec, SchemaError, TableSchema
 from operators.errors import InputError
 from operators.stateful._types import arrow_schema
 
@@ -63,7 +63,7 @@ def _encodable(fields: Sequence[pa.Field], what: str) -> None:
     for f in fields:
         try:
             RowCodec(TableSchema(1, [pa.field("$", pa.int8()), f], ["$"]))
-        except EncodingError:
+        except (EncodingError, SchemaError):
             raise InputError(
                 f"{what}: field {f.name!r} has type {f.type}; relstate's state tables hold "
                 "scalar columns (numbers, strings, binary, bool, date, timestamp, decimal), "
@@ -101,7 +101,9 @@ class StateVariable:
             middle = [pa.field(POSITION, pa.int64(), nullable=False)]
         elif self.kind == "map":
             assert self.user_key is not None
-            middle = [f.with_name(n) for f, n in zip(self.user_key, self.stored_user_key, strict=True)]
+            middle = [
+                f.with_name(n) for f, n in zip(self.user_key, self.stored_user_key, strict=True)
+            ]
         values = [f.with_name(n) for f, n in zip(self.value, self.stored_value, strict=True)]
         primary = [*keys, *(f.name for f in middle)]
         expiry = [pa.field(EXPIRES_AT, pa.int64(), nullable=False)] if self.ttl_ms else []
@@ -192,9 +194,7 @@ class RecordingHandle:
         taken = {f.name for f in self.grouping}
         stored_key = () if key_schema is None else _stored_names(key_schema, taken, "user_key")
         stored_value = _stored_names(value, taken, "value")
-        variable = StateVariable(
-            name, kind, value, key_schema, ttl, stored_key, stored_value
-        )
+        variable = StateVariable(name, kind, value, key_schema, ttl, stored_key, stored_value)
         old = self.variables.get(name)
         if old is not None and old != variable:
             raise InputError(
@@ -250,9 +250,7 @@ class _Declared:
         )
 
 
-def declare(
-    processor: Any, grouping: Sequence[pa.Field], time_mode: str
-) -> RecordingHandle:
+def declare(processor: Any, grouping: Sequence[pa.Field], time_mode: str) -> RecordingHandle:
     """Run ``processor.init`` (then ``close``, as Spark's driver does) on a
     recording handle and return it."""
     handle = RecordingHandle(grouping, time_mode)
