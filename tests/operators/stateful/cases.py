@@ -32,6 +32,13 @@ def _rows(*rows: tuple[str, str, str, int] | tuple[str, str, str, int, int]) -> 
 _PAUSES = (0.0, 0.0, 5.0, 0.0)
 _WARM = [("w", 0, "x", "", 0, EPOCH_MS)]
 
+#: Three batches of one row per key, event times moving on.
+_THREE_TIMES = [
+    _rows(("a", "x", "", 0, 10), ("b", "x", "", 0, 10)),
+    _rows(("a", "x", "", 0, 20)),
+    _rows(("c", "x", "", 0, 30)),
+]
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
@@ -179,5 +186,9 @@ CASES: dict[str, Case] = {
                 _rows(("a", "x", "z", 6), ("b", "x", "y", 7), ("a", "x", "y", 8)),
             ],
         ),
+        Case("TimerEdges", p.TimerEdges, _THREE_TIMES, delay_ms=1000),
+        Case("EventTimeFirstBatch", p.EventTimeFirstBatch, _THREE_TIMES, delay_ms=1000),
+        # EventTime mode on an input without a watermark: Spark's stays 0.
+        Case("EventTimeNoWatermark", p.EventTimeFirstBatch, _THREE_TIMES),
     )
 }

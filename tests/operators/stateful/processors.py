@@ -38,6 +38,7 @@ __all__ = [
     "INPUT_DDL",
     "PROCESSORS",
     "DeleteIfExists",
+    "EventTimeFirstBatch",
     "EventTimeTimers",
     "InitialState",
     "ListOps",
@@ -48,6 +49,7 @@ __all__ = [
     "ProcessingTimers",
     "Processor",
     "RunningCount",
+    "TimerEdges",
     "ValueTtl",
     "epoch_ms",
     "timestamp",
@@ -498,6 +500,66 @@ class MultiState(Processor):
         yield (key, count, _text(recent[-3:]), per_user)
 
 
+class TimerEdges(Processor):
+    """Edges of processing-time timers, with a watermark on the input: each
+    batch of a key registers a timer already due (5 ms in the past), which
+    fires in that batch; its handler registers the firing timer again (it is
+    deleted after the handler all the same) and one more already due, which
+    Spark fires in the next batch, not this one. Rows carry the watermark
+    TimerValues give in ProcessingTime mode and the type of the key
+    ``handleExpiredTimer`` gets; Update mode."""
+
+    OUTPUT = "k string, kind string, key_type string, wm long, expiry long, timers string"
+    TIME_MODE = "ProcessingTime"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+
+    def _timers(self) -> str:
+        return _text(sorted(self.handle.listTimers()))
+
+    def rows_of(self, key: str, rows: list[dict[str, Any]], tv: TimerValues) -> Iterator[Any]:
+        self.handle.registerTimer(tv.getCurrentProcessingTimeInMs() - 5)
+        yield (key, "data", "", tv.getCurrentWatermarkInMs(), -1, self._timers())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        self.key_type = type(key).__name__
+        return super().handleExpiredTimer(key, timerValues, expiredTimerInfo)
+
+    def timer(self, key: str, tv: TimerValues, info: ExpiredTimerInfo) -> Iterator[Any]:
+        pt, expiry = tv.getCurrentProcessingTimeInMs(), info.getExpiryTimeInMs()
+        self.handle.registerTimer(expiry)
+        if expiry == pt - 5:
+            self.handle.registerTimer(pt - 1)
+        yield (key, "expired", self.key_type, tv.getCurrentWatermarkInMs(), expiry, self._timers())
+
+
+class EventTimeFirstBatch(Processor):
+    """Event-time timers at the watermark: each batch of a key registers a
+    timer at the current watermark (0 before the first), which fires in the
+    same batch, and one at its greatest event time; the watermark of the
+    first batch is 0 on Spark, also when the input has none; Append mode."""
+
+    OUTPUT = "k string, kind string, wm long, at long"
+    OUTPUT_MODE = "Append"
+    TIME_MODE = "EventTime"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+
+    def rows_of(self, key: str, rows: list[dict[str, Any]], tv: TimerValues) -> Iterator[Any]:
+        wm = tv.getCurrentWatermarkInMs()
+        self.handle.registerTimer(max(wm, 0))
+        latest = max(epoch_ms(r["ts"]) for r in rows)
+        self.handle.registerTimer(latest)
+        yield (key, "data", wm, latest)
+
+    def timer(self, key: str, tv: TimerValues, info: ExpiredTimerInfo) -> Iterator[Any]:
+        yield (key, "expired", tv.getCurrentWatermarkInMs(), info.getExpiryTimeInMs())
+
+
 #: Every processor here, by name.
 PROCESSORS: dict[str, type[Processor]] = {
     cls.__name__: cls
@@ -513,5 +575,7 @@ PROCESSORS: dict[str, type[Processor]] = {
         InitialState,
         DeleteIfExists,
         MultiState,
+        TimerEdges,
+        EventTimeFirstBatch,
     )
 }
