@@ -40,6 +40,7 @@ from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators._row_order import SEQ, SIDE, RowOrder
 from operators._sinks import BatchSink, StagedSink, filesystem_of
+from operators._state_location import StateLocation
 from operators._spark import without_adaptive_execution
 from operators._spark_task import (
     META,
@@ -1201,6 +1202,9 @@ def start(
                     watermarks[side] = mark
                     event_times[side] = (inp.stream.name, mark.column)
         stage.operator.check_watermarks(watermarks)
+        stored = StateLocation.of(fs, root, redact(location)).stored_tables(stage.name)
+        if stored:
+            stage.operator.check_state(stored)
         plans.append(
             StagePlan(
                 operator=stage.operator,

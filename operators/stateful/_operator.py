@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from encoding import KeyCodec, TableSchema
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._spark_hash import spark_partition
+from operators._state_location import table_schema
 from operators.errors import InputError
 from operators.stateful._handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
 from operators.stateful._state import (
@@ -31,8 +32,14 @@ from operators.stateful._state import (
     rows_batch,
 )
 from operators.stateful._types import arrow_schema
-from operators.stateful._variables import StateVariable, declare, timers_table
-from statestore import ConsistencyMode
+from operators.stateful._variables import (
+    EXPIRES_AT,
+    POSITION,
+    StateVariable,
+    declare,
+    timers_table,
+)
+from statestore import ConsistencyMode, TableMeta
 
 if TYPE_CHECKING:
     from operators._watermark import Watermark
@@ -191,6 +198,9 @@ class StatefulProcessorOperator(Operator):
         self.tables = tables
         self._key_codec = KeyCodec(TableSchema(1, self.grouping, self.grouping_keys))
         self._domain = TimeDomain.EVENT_TIME if time == "EventTime" else TimeDomain.PROCESSING_TIME
+        #: Stored tables of variables ``init`` deleted with ``deleteIfExists``:
+        #: emptied as a batch opens.
+        self.purged: list[str] = []
         self._batch: BatchState | None = None
 
     def _initial(self, data: Any, keys: Sequence[str] | None) -> pa.Table | None:
@@ -229,6 +239,26 @@ class StatefulProcessorOperator(Operator):
         if self.time_mode == "EventTime" and self.input_event_time is None and 0 in watermarks:
             self.input_event_time = watermarks[0].column
 
+    def check_state(self, stored: Sequence[TableMeta]) -> None:
+        """Before the query starts on state a run of the processor left: each
+        declared variable must go on from its stored table (else an
+        :class:`InputError` naming it and its call); a stored variable this
+        ``init`` no longer declares is kept as it is, as Spark keeps it, and
+        one it passes to ``deleteIfExists`` is emptied."""
+        declared = {t.name: t for t in self.tables}
+        for meta in stored:
+            if meta.table_id >= 0xFFFF_0000:
+                continue  # relstate's own (the timers): every operator has it
+            new = declared.get(meta.name)
+            variable = self.variables.get(meta.name)
+            if new is not None and variable is not None:
+                check_variable(variable, new, meta, len(self.grouping))
+            elif new is None:
+                self.tables = [*self.tables, table_schema(meta)]
+                base = meta.name.removesuffix("$ttl")
+                if base in self.deleted:
+                    self.purged.append(meta.name)
+
     # -- the batch ----------------------------------------------------------------------
 
     def open(self, ctx: OperatorContext) -> None:
@@ -238,6 +268,10 @@ class StatefulProcessorOperator(Operator):
         handle = RuntimeHandle(batch)
         self.processor.init(handle)
         handle.check(self.variables)
+        for name in self.purged:
+            table = ctx.table(name)
+            if table.row_count:
+                table.delete_keys(table.scan_batch().select(list(table.schema.key_names)))
         removed = sum(s.expire(ctx.processing_time) for s in batch.states.values())
         if removed:
             ctx.count(EXPIRED, removed)
@@ -581,3 +615,55 @@ def _frames_out(frames: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     table = table.combine_chunks()
     batches = table.to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _kind(meta: TableMeta, n_grouping: int) -> str:
+    """The kind of state variable a stored table holds."""
+    keys = [name for name, _, _ in meta.key_columns]
+    if len(keys) > n_grouping and keys[n_grouping] == POSITION:
+        return "list"
+    return "map" if len(keys) > n_grouping else "value"
+
+
+def check_variable(
+    variable: StateVariable, new: TableSchema, old: TableMeta, n_grouping: int
+) -> None:
+    """Raise :class:`InputError` naming the variable and its call unless its
+    table ``new`` can go on from the stored ``old`` (Spark's rules where it
+    has them: a variable keeps its kind, its key and its value schema)."""
+    what = f"state variable {variable.name!r} ({variable.call})"
+    kind = _kind(old, n_grouping)
+    if kind != variable.kind:
+        raise InputError(
+            f"{what}: the checkpoint holds {variable.name!r} as a {kind} state; a state "
+            "variable cannot change its kind (Spark refuses it too: "
+            "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE); use a new name, or deleteIfExists"
+        )
+    old_fields = [f for f in old.columns if f.name != EXPIRES_AT]
+    new_fields = [f for f in new.columns if f.name != EXPIRES_AT]
+    if EXPIRES_AT in old.columns.names and variable.ttl_ms is None:
+        raise InputError(
+            f"{what}: the checkpoint holds it with a TTL and init declares none; relstate "
+            "cannot drop a TTL from stored state: keep a TTL (a long one), or use a new name"
+        )
+    n_key = len(old.key_columns)
+    for part, olds, news in (
+        ("key", old_fields[:n_key], new_fields[:n_key]),
+        ("value", old_fields[n_key:], new_fields[n_key:]),
+    ):
+        old_types = [str(f.type) for f in olds]
+        new_types = [str(f.type) for f in news]
+        if old_types != new_types:
+            code = "KEY" if part == "key" else "VALUE"
+            raise InputError(
+                f"{what}: its {part} schema was {[f'{f.name} {f.type}' for f in olds]} and "
+                f"init declares {[f'{f.name} {f.type}' for f in news]}; Spark refuses the "
+                f"change too (STATE_STORE_{code}_SCHEMA_NOT_COMPATIBLE): use a new name, "
+                "or deleteIfExists the old one"
+            )
+        if [f.name for f in olds] != [f.name for f in news]:
+            raise InputError(
+                f"{what}: its {part} fields were named {[f.name for f in olds]} and init "
+                f"names them {[f.name for f in news]}; relstate keeps a stored field's name "
+                "(Spark would take the rename): keep the names"
+            )

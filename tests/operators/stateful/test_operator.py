@@ -430,3 +430,96 @@ def test_rows_out_by_name() -> None:
         StatefulProcessorOperator(Reordered(), KV, ["key"], "key string, count long")
     )
     assert h.process_rows([("a", "x")]) == [(INS, ("a", 7))]
+
+
+class _Declares(StatefulProcessor):
+    """Declares what it is given: (call, name, schema, ttl) tuples, and deletes names."""
+
+    def __init__(self, *declared: tuple[str, str, str, int | None], deletes: tuple[str, ...] = ()):
+        self.declared = declared
+        self.deletes = deletes
+
+    def init(self, handle: Any) -> None:
+        self.states = {}
+        for call, name, schema, ttl in self.declared:
+            if call == "getMapState":
+                self.states[name] = handle.getMapState(name, "k string", schema, ttl)
+            else:
+                self.states[name] = getattr(handle, call)(name, schema, ttl)
+        for name in self.deletes:
+            handle.deleteIfExists(name)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        for row in rows:
+            for state in self.states.values():
+                if hasattr(state, "appendValue"):
+                    state.appendValue((row.value,))
+                elif hasattr(state, "updateValue"):
+                    state.updateValue((row.value,), (row.value,))
+                else:
+                    state.update((row.value,))
+        return iter([])
+
+    def close(self) -> None:
+        pass
+
+
+class TestRestart:
+    """A processor changed between runs of one checkpoint (check_state, as the runner calls it)."""
+
+    def first_run(self, tmp_path: Any, processor: StatefulProcessor) -> list[Any]:
+        from pyarrow.fs import LocalFileSystem
+
+        from operators._state_location import StateLocation
+
+        op = StatefulProcessorOperator(processor, KV, ["key"], "key string")
+        with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
+            h.process_rows([("a", "x")])
+            h.commit()
+        location = StateLocation.of(LocalFileSystem(), str(tmp_path / "checkpoint"), "test")
+        return location.stored_tables(op.name)
+
+    def test_kind_change_refused(self, tmp_path: Any) -> None:
+        """A variable stored as a value state and declared as a list is an InputError naming it."""
+        stored = self.first_run(tmp_path, _Declares(("getValueState", "s", "v string", None)))
+        op = StatefulProcessorOperator(
+            _Declares(("getListState", "s", "v string", None)), KV, ["key"], "key string"
+        )
+        with pytest.raises(InputError, match=r"'s' \(getListState\).*as a value state"):
+            op.check_state(stored)
+
+    def test_value_type_change_refused(self, tmp_path: Any) -> None:
+        """A value field whose type changed is refused, as Spark refuses it."""
+        stored = self.first_run(tmp_path, _Declares(("getValueState", "s", "v string", None)))
+        op = StatefulProcessorOperator(
+            _Declares(("getValueState", "s", "v bigint", None)), KV, ["key"], "key string"
+        )
+        with pytest.raises(InputError, match="VALUE_SCHEMA_NOT_COMPATIBLE"):
+            op.check_state(stored)
+
+    def test_removed_variable_kept_deleted_variable_emptied(self, tmp_path: Any) -> None:
+        """A variable init no longer declares is kept; one it deletes with deleteIfExists is emptied."""
+        stored = self.first_run(
+            tmp_path,
+            _Declares(
+                ("getValueState", "kept", "v string", None),
+                ("getListState", "gone", "v string", 1000),
+                ("getMapState", "m", "v string", None),
+            ),
+        )
+        op = StatefulProcessorOperator(
+            _Declares(("getMapState", "m", "v string", 500), deletes=("gone",)),
+            KV,
+            ["key"],
+            "key string",
+        )
+        op.check_state(stored)
+        assert sorted(op.purged) == ["gone", "gone$ttl"]
+        with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
+            h.restore(0)
+            h.process_rows([("a", "y")])
+            h.commit()
+            assert list(h.table("kept").scan()) == [("a", "x")]
+            assert list(h.table("gone").scan()) == []
+            # The TTL added to m: its old entry keeps no expiry, the new one has one.
+            assert list(h.table("m").scan()) == [("a", "x", "x", None), ("a", "y", "y", 500)]
