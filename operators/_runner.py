@@ -40,7 +40,6 @@ from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators._row_order import SEQ, SIDE, RowOrder
 from operators._sinks import BatchSink, StagedSink, filesystem_of
-from operators._state_location import StateLocation
 from operators._spark import without_adaptive_execution
 from operators._spark_task import (
     META,
@@ -53,6 +52,7 @@ from operators._spark_task import (
     tagged,
     task_schema,
 )
+from operators._state_location import StateLocation
 from operators._task import output_schema
 from operators._watermark import Watermark, query_watermark, stage_watermarks
 from operators.errors import InputError, RunnerError

@@ -498,7 +498,7 @@ class TestRestart:
             op.check_state(stored)
 
     def test_removed_variable_kept_deleted_variable_emptied(self, tmp_path: Any) -> None:
-        """A variable init no longer declares is kept; one it deletes with deleteIfExists is emptied."""
+        """A variable init drops is kept; one it passes to deleteIfExists is emptied."""
         stored = self.first_run(
             tmp_path,
             _Declares(
