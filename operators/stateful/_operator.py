@@ -196,7 +196,6 @@ class StatefulProcessorOperator(Operator):
                 "rename one of them"
             )
         self.tables = tables
-        self._key_codec = KeyCodec(TableSchema(1, self.grouping, self.grouping_keys))
         self._domain = TimeDomain.EVENT_TIME if time == "EventTime" else TimeDomain.PROCESSING_TIME
         #: Stored tables of variables ``init`` deleted with ``deleteIfExists``:
         #: emptied as a batch opens.
@@ -229,7 +228,16 @@ class StatefulProcessorOperator(Operator):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_batch"] = None
+        state.pop("_codec", None)  # it holds struct.Struct objects: made where used
         return state
+
+    @property
+    def key_codec(self) -> KeyCodec:
+        """Encodes a grouping key into a timer's key string and back."""
+        codec: KeyCodec | None = self.__dict__.get("_codec")
+        if codec is None:
+            codec = self._codec = KeyCodec(TableSchema(1, self.grouping, self.grouping_keys))
+        return codec
 
     # -- the query ----------------------------------------------------------------------
 
@@ -307,17 +315,19 @@ class StatefulProcessorOperator(Operator):
         state.emit(ctx)
 
     def on_timer(self, ctx: OperatorContext, timer: Timer) -> None:
-        """``handleExpiredTimer`` for the timer's key; the timer is deleted
-        after it, as Spark does (one the handler registers again at the same
-        time is gone too)."""
+        """``handleExpiredTimer`` for the timer's key, called by keyword as
+        Spark calls it, the key a ``Row`` of the grouping columns as Spark
+        gives it there; the timer is deleted after it, as Spark does (one the
+        handler registers again at the same time is gone too). A timer that
+        a ``handleExpiredTimer`` of this batch registered fires in the next
+        batch, as in Spark: the batch's timers are those due when its timers
+        start."""
         state = self._state()
-        key = self._key_codec.decode(bytes.fromhex(timer.key))
-        state.scope.key = key
-        info = ExpiredTimerInfo(timer.time)
-        handler = getattr(self.processor, "handleExpiredTimer", None)
-        if handler is not None:
-            state.collect(handler(key, state.timer_values, info))
-        state.delete_timer(key, timer.time, count=False)
+        key = self.key_codec.decode(bytes.fromhex(timer.key))
+        if (key, timer.time) in state.deferred:
+            ctx.register_timer(timer)
+            return
+        state.fire(key, timer.time)
         ctx.count(FIRED)
         state.emit(ctx)
 
@@ -328,8 +338,13 @@ class StatefulProcessorOperator(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         """The processor's ``close``, as Spark calls it at the end of a
-        partition's batch."""
+        partition's batch. In ``EventTime`` mode before the first watermark
+        Spark's watermark is 0, and event-time timers at or below it fire
+        here (relstate's timers wait for a watermark)."""
         if self._batch is not None:
+            if self.time_mode == "EventTime" and ctx.watermark is None:
+                self._batch.fire_at_zero()
+                self._batch.emit(ctx)
             self._batch.flush()
             self.processor.close()
             self._batch = None
@@ -414,12 +429,15 @@ class BatchState:
         mode = operator.time_mode
         if mode == "None":
             self.timer_values = TimerValues(-1, -1)
-        elif mode == "ProcessingTime":
-            self.timer_values = TimerValues(ctx.processing_time, -1)
         else:
+            # Spark's watermark is 0 before the first one, in both modes.
             mark = ctx.watermark
             self.timer_values = TimerValues(ctx.processing_time, 0 if mark is None else mark)
         self._out: list[Any] = []
+        #: Timers (key, time) a ``handleExpiredTimer`` registered in this
+        #: batch: they wait for the next one.
+        self.deferred: set[tuple[tuple[Any, ...], int]] = set()
+        self._in_timer = False
         #: What the handlers returned, as they returned it, when the caller
         #: takes it raw (``TwsTester``) instead of as the batch's output.
         self.raw: list[Any] | None = None
@@ -486,8 +504,41 @@ class BatchState:
             raise InputError(f"{call}: timers need timeMode 'ProcessingTime' or 'EventTime'")
 
     def _timer(self, key: tuple[Any, ...], time: int) -> Timer:
-        encoded = self.operator._key_codec.encode(key).hex()
+        encoded = self.operator.key_codec.encode(key).hex()
         return Timer(time, encoded, self.operator._domain)
+
+    def fire(self, key: tuple[Any, ...], time: int) -> None:
+        """Call ``handleExpiredTimer`` for the timer ``(key, time)``, then
+        delete it."""
+        self.scope.key = key
+        handler = getattr(self.operator.processor, "handleExpiredTimer", None)
+        if handler is not None:
+            self._in_timer = True
+            try:
+                self.collect(
+                    handler(
+                        key=self._key_row(key),
+                        timerValues=self.timer_values,
+                        expiredTimerInfo=ExpiredTimerInfo(time),
+                    )
+                )
+            finally:
+                self._in_timer = False
+        self.delete_timer(key, time, count=False)
+
+    def _key_row(self, key: tuple[Any, ...]) -> Any:
+        from pyspark.sql import Row
+
+        return Row(**dict(zip(self.operator.grouping_keys, key, strict=True)))
+
+    def fire_at_zero(self) -> None:
+        """Fire the event-time timers at or below 0, Spark's watermark before
+        the first one."""
+        table = self.ctx.table("$timers")
+        due = [row for row in table.scan() if row[-1] <= 0]
+        for row in due:
+            self.fire(tuple(row[:-1]), row[-1])
+            self.ctx.count(FIRED)
 
     def register_timer(self, time: int) -> None:
         self._timers_allowed("registerTimer")
@@ -501,6 +552,8 @@ class BatchState:
                     f"than the current watermark {mark} ms."
                 )
         key = self.scope.key
+        if self._in_timer:
+            self.deferred.add((key, time))
         self.ctx.register_timer(self._timer(key, time))
         self.ctx.table("$timers").upsert((*key, time))
         self.ctx.count(REGISTERED)
