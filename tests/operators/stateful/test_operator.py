@@ -581,7 +581,7 @@ class TestSparkEdges:
         assert h.output == [(INS, (7, 1, "x", 1005))]
 
     def test_timer_registered_by_a_timer_fires_next_batch(self, backend: str) -> None:
-        """A timer handleExpiredTimer registers already due fires in the next batch; the key is a Row."""
+        """A timer a handleExpiredTimer registers, already due, fires next batch; key is a Row."""
         op = StatefulProcessorOperator(
             _Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
         )
@@ -597,7 +597,7 @@ class TestSparkEdges:
         assert [row for _, row in h.output[2:]] == [("Row:a", "fired", 1099)]
 
     def test_processing_time_values_carry_the_watermark(self, backend: str) -> None:
-        """In ProcessingTime mode TimerValues carry the watermark (0 before the first), as Spark's."""
+        """ProcessingTime: TimerValues carry the watermark (0 before the first), as Spark."""
         op = StatefulProcessorOperator(
             _Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
         )
