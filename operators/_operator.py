@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from encoding import TableSchema
 from operators._changelog import RowKind, row_kinds
-from statestore import ConsistencyMode, StateTable
+from statestore import ConsistencyMode, StateTable, TableMeta
 
 if TYPE_CHECKING:
     from operators._watermark import Watermark
@@ -165,6 +165,14 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
         (input index -> event-time column and delay): raise
         :class:`~operators.errors.InputError` if the operator cannot keep its
         semantics under them. By default any watermarks will do."""
+
+    def check_state(self, stored: Sequence[TableMeta]) -> None:  # noqa: B027
+        """Called once by the runner as a query starts on a checkpoint that
+        holds state of this operator, with the tables its newest committed
+        state holds: raise :class:`~operators.errors.InputError` if the
+        operator cannot go on from them, in its own words (the state store
+        refuses an incompatible table as it loads, inside the first batch).
+        By default nothing."""
 
     def output_watermark(self, watermark: int | None) -> int | None:
         """The watermark of this operator's output, given its input watermark

@@ -52,6 +52,7 @@ from operators._spark_task import (
     tagged,
     task_schema,
 )
+from operators._state_location import StateLocation
 from operators._task import output_schema
 from operators._watermark import Watermark, query_watermark, stage_watermarks
 from operators.errors import InputError, RunnerError
@@ -1201,6 +1202,9 @@ def start(
                     watermarks[side] = mark
                     event_times[side] = (inp.stream.name, mark.column)
         stage.operator.check_watermarks(watermarks)
+        stored = StateLocation.of(fs, root, redact(location)).stored_tables(stage.name)
+        if stored:
+            stage.operator.check_state(stored)
         plans.append(
             StagePlan(
                 operator=stage.operator,

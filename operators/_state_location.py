@@ -62,6 +62,24 @@ class StateLocation:
         self.fs = fs
         self.root = root
 
+    @classmethod
+    def of(cls, fs: pafs.FileSystem, root: str, printable: str) -> StateLocation:
+        """The state at ``root`` on ``fs`` (resolved already, existing or
+        not), printed as ``printable``."""
+        location = cls.__new__(cls)
+        location.fs, location.root, location.path = fs, root, printable
+        return location
+
+    def stored_tables(self, operator: str) -> list[TableMeta]:
+        """The tables of ``operator``'s newest committed state (none when it
+        has none yet)."""
+        if operator not in self.operators():
+            return []
+        try:
+            return self.tables(operator)
+        except InputError:
+            return []
+
     @staticmethod
     def resolve_root(
         path: str, options: Mapping[str, str] | None = None

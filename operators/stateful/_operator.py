@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from encoding import KeyCodec, TableSchema
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._spark_hash import spark_partition
+from operators._state_location import table_schema
 from operators.errors import InputError
 from operators.stateful._handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
 from operators.stateful._state import (
@@ -31,8 +32,14 @@ from operators.stateful._state import (
     rows_batch,
 )
 from operators.stateful._types import arrow_schema
-from operators.stateful._variables import StateVariable, declare, timers_table
-from statestore import ConsistencyMode
+from operators.stateful._variables import (
+    EXPIRES_AT,
+    POSITION,
+    StateVariable,
+    declare,
+    timers_table,
+)
+from statestore import ConsistencyMode, TableMeta
 
 if TYPE_CHECKING:
     from operators._watermark import Watermark
@@ -189,8 +196,10 @@ class StatefulProcessorOperator(Operator):
                 "rename one of them"
             )
         self.tables = tables
-        self._key_codec = KeyCodec(TableSchema(1, self.grouping, self.grouping_keys))
         self._domain = TimeDomain.EVENT_TIME if time == "EventTime" else TimeDomain.PROCESSING_TIME
+        #: Stored tables of variables ``init`` deleted with ``deleteIfExists``:
+        #: emptied as a batch opens.
+        self.purged: list[str] = []
         self._batch: BatchState | None = None
 
     def _initial(self, data: Any, keys: Sequence[str] | None) -> pa.Table | None:
@@ -219,7 +228,16 @@ class StatefulProcessorOperator(Operator):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_batch"] = None
+        state.pop("_codec", None)  # it holds struct.Struct objects: made where used
         return state
+
+    @property
+    def key_codec(self) -> KeyCodec:
+        """Encodes a grouping key into a timer's key string and back."""
+        codec: KeyCodec | None = self.__dict__.get("_codec")
+        if codec is None:
+            codec = self._codec = KeyCodec(TableSchema(1, self.grouping, self.grouping_keys))
+        return codec
 
     # -- the query ----------------------------------------------------------------------
 
@@ -228,6 +246,26 @@ class StatefulProcessorOperator(Operator):
         unless ``input_event_time`` names one."""
         if self.time_mode == "EventTime" and self.input_event_time is None and 0 in watermarks:
             self.input_event_time = watermarks[0].column
+
+    def check_state(self, stored: Sequence[TableMeta]) -> None:
+        """Before the query starts on state a run of the processor left: each
+        declared variable must go on from its stored table (else an
+        :class:`InputError` naming it and its call); a stored variable this
+        ``init`` no longer declares is kept as it is, as Spark keeps it, and
+        one it passes to ``deleteIfExists`` is emptied."""
+        declared = {t.name: t for t in self.tables}
+        for meta in stored:
+            if meta.table_id >= 0xFFFF_0000:
+                continue  # relstate's own (the timers): every operator has it
+            new = declared.get(meta.name)
+            variable = self.variables.get(meta.name)
+            if new is not None and variable is not None:
+                check_variable(variable, new, meta, len(self.grouping))
+            elif new is None:
+                self.tables = [*self.tables, table_schema(meta)]
+                base = meta.name.removesuffix("$ttl")
+                if base in self.deleted:
+                    self.purged.append(meta.name)
 
     # -- the batch ----------------------------------------------------------------------
 
@@ -238,6 +276,10 @@ class StatefulProcessorOperator(Operator):
         handle = RuntimeHandle(batch)
         self.processor.init(handle)
         handle.check(self.variables)
+        for name in self.purged:
+            table = ctx.table(name)
+            if table.row_count:
+                table.delete_keys(table.scan_batch().select(list(table.schema.key_names)))
         removed = sum(s.expire(ctx.processing_time) for s in batch.states.values())
         if removed:
             ctx.count(EXPIRED, removed)
@@ -273,17 +315,19 @@ class StatefulProcessorOperator(Operator):
         state.emit(ctx)
 
     def on_timer(self, ctx: OperatorContext, timer: Timer) -> None:
-        """``handleExpiredTimer`` for the timer's key; the timer is deleted
-        after it, as Spark does (one the handler registers again at the same
-        time is gone too)."""
+        """``handleExpiredTimer`` for the timer's key, called by keyword as
+        Spark calls it, the key a ``Row`` of the grouping columns as Spark
+        gives it there; the timer is deleted after it, as Spark does (one the
+        handler registers again at the same time is gone too). A timer that
+        a ``handleExpiredTimer`` of this batch registered fires in the next
+        batch, as in Spark: the batch's timers are those due when its timers
+        start."""
         state = self._state()
-        key = self._key_codec.decode(bytes.fromhex(timer.key))
-        state.scope.key = key
-        info = ExpiredTimerInfo(timer.time)
-        handler = getattr(self.processor, "handleExpiredTimer", None)
-        if handler is not None:
-            state.collect(handler(key, state.timer_values, info))
-        state.delete_timer(key, timer.time, count=False)
+        key = self.key_codec.decode(bytes.fromhex(timer.key))
+        if (key, timer.time) in state.deferred:
+            ctx.register_timer(timer)
+            return
+        state.fire(key, timer.time)
         ctx.count(FIRED)
         state.emit(ctx)
 
@@ -294,8 +338,13 @@ class StatefulProcessorOperator(Operator):
 
     def close(self, ctx: OperatorContext) -> None:
         """The processor's ``close``, as Spark calls it at the end of a
-        partition's batch."""
+        partition's batch. In ``EventTime`` mode before the first watermark
+        Spark's watermark is 0, and event-time timers at or below it fire
+        here (relstate's timers wait for a watermark)."""
         if self._batch is not None:
+            if self.time_mode == "EventTime" and ctx.watermark is None:
+                self._batch.fire_at_zero()
+                self._batch.emit(ctx)
             self._batch.flush()
             self.processor.close()
             self._batch = None
@@ -380,12 +429,15 @@ class BatchState:
         mode = operator.time_mode
         if mode == "None":
             self.timer_values = TimerValues(-1, -1)
-        elif mode == "ProcessingTime":
-            self.timer_values = TimerValues(ctx.processing_time, -1)
         else:
+            # Spark's watermark is 0 before the first one, in both modes.
             mark = ctx.watermark
             self.timer_values = TimerValues(ctx.processing_time, 0 if mark is None else mark)
         self._out: list[Any] = []
+        #: Timers (key, time) a ``handleExpiredTimer`` registered in this
+        #: batch: they wait for the next one.
+        self.deferred: set[tuple[tuple[Any, ...], int]] = set()
+        self._in_timer = False
         #: What the handlers returned, as they returned it, when the caller
         #: takes it raw (``TwsTester``) instead of as the batch's output.
         self.raw: list[Any] | None = None
@@ -452,8 +504,41 @@ class BatchState:
             raise InputError(f"{call}: timers need timeMode 'ProcessingTime' or 'EventTime'")
 
     def _timer(self, key: tuple[Any, ...], time: int) -> Timer:
-        encoded = self.operator._key_codec.encode(key).hex()
+        encoded = self.operator.key_codec.encode(key).hex()
         return Timer(time, encoded, self.operator._domain)
+
+    def fire(self, key: tuple[Any, ...], time: int) -> None:
+        """Call ``handleExpiredTimer`` for the timer ``(key, time)``, then
+        delete it."""
+        self.scope.key = key
+        handler = getattr(self.operator.processor, "handleExpiredTimer", None)
+        if handler is not None:
+            self._in_timer = True
+            try:
+                self.collect(
+                    handler(
+                        key=self._key_row(key),
+                        timerValues=self.timer_values,
+                        expiredTimerInfo=ExpiredTimerInfo(time),
+                    )
+                )
+            finally:
+                self._in_timer = False
+        self.delete_timer(key, time, count=False)
+
+    def _key_row(self, key: tuple[Any, ...]) -> Any:
+        from pyspark.sql import Row
+
+        return Row(**dict(zip(self.operator.grouping_keys, key, strict=True)))
+
+    def fire_at_zero(self) -> None:
+        """Fire the event-time timers at or below 0, Spark's watermark before
+        the first one."""
+        table = self.ctx.table("$timers")
+        due = [row for row in table.scan() if row[-1] <= 0]
+        for row in due:
+            self.fire(tuple(row[:-1]), row[-1])
+            self.ctx.count(FIRED)
 
     def register_timer(self, time: int) -> None:
         self._timers_allowed("registerTimer")
@@ -467,6 +552,8 @@ class BatchState:
                     f"than the current watermark {mark} ms."
                 )
         key = self.scope.key
+        if self._in_timer:
+            self.deferred.add((key, time))
         self.ctx.register_timer(self._timer(key, time))
         self.ctx.table("$timers").upsert((*key, time))
         self.ctx.count(REGISTERED)
@@ -581,3 +668,55 @@ def _frames_out(frames: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     table = table.combine_chunks()
     batches = table.to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _kind(meta: TableMeta, n_grouping: int) -> str:
+    """The kind of state variable a stored table holds."""
+    keys = [name for name, _, _ in meta.key_columns]
+    if len(keys) > n_grouping and keys[n_grouping] == POSITION:
+        return "list"
+    return "map" if len(keys) > n_grouping else "value"
+
+
+def check_variable(
+    variable: StateVariable, new: TableSchema, old: TableMeta, n_grouping: int
+) -> None:
+    """Raise :class:`InputError` naming the variable and its call unless its
+    table ``new`` can go on from the stored ``old`` (Spark's rules where it
+    has them: a variable keeps its kind, its key and its value schema)."""
+    what = f"state variable {variable.name!r} ({variable.call})"
+    kind = _kind(old, n_grouping)
+    if kind != variable.kind:
+        raise InputError(
+            f"{what}: the checkpoint holds {variable.name!r} as a {kind} state; a state "
+            "variable cannot change its kind (Spark refuses it too: "
+            "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE); use a new name, or deleteIfExists"
+        )
+    old_fields = [f for f in old.columns if f.name != EXPIRES_AT]
+    new_fields = [f for f in new.columns if f.name != EXPIRES_AT]
+    if EXPIRES_AT in old.columns.names and variable.ttl_ms is None:
+        raise InputError(
+            f"{what}: the checkpoint holds it with a TTL and init declares none; relstate "
+            "cannot drop a TTL from stored state: keep a TTL (a long one), or use a new name"
+        )
+    n_key = len(old.key_columns)
+    for part, olds, news in (
+        ("key", old_fields[:n_key], new_fields[:n_key]),
+        ("value", old_fields[n_key:], new_fields[n_key:]),
+    ):
+        old_types = [str(f.type) for f in olds]
+        new_types = [str(f.type) for f in news]
+        if old_types != new_types:
+            code = "KEY" if part == "key" else "VALUE"
+            raise InputError(
+                f"{what}: its {part} schema was {[f'{f.name} {f.type}' for f in olds]} and "
+                f"init declares {[f'{f.name} {f.type}' for f in news]}; Spark refuses the "
+                f"change too (STATE_STORE_{code}_SCHEMA_NOT_COMPATIBLE): use a new name, "
+                "or deleteIfExists the old one"
+            )
+        if [f.name for f in olds] != [f.name for f in news]:
+            raise InputError(
+                f"{what}: its {part} fields were named {[f.name for f in olds]} and init "
+                f"names them {[f.name for f in news]}; relstate keeps a stored field's name "
+                "(Spark would take the rename): keep the names"
+            )

@@ -38,6 +38,8 @@ __all__ = [
 
 Key = tuple[Any, ...]
 _MISSING: Any = object()
+#: A map entry's expiry while it holds a value written in this chunk.
+_WRITTEN: Any = object()
 
 
 def rows_batch(fields: Sequence[pa.Field], rows: Sequence[Sequence[Any]]) -> pa.RecordBatch:
@@ -166,6 +168,7 @@ class VariableState:
         """Keep the TTL index: rows ``(expires_at, primary key...)``."""
         if self._ttl_table is None:
             return
+        drops = [d for d in drops if d[0] is not None]  # written before the TTL was
         fields = list(self._ttl_table.schema.columns)
         if drops:
             self._ttl_table.delete_keys(rows_batch(fields, drops))
@@ -437,7 +440,7 @@ class MapStateImpl(VariableState):
         """Set user key ``key`` to ``value`` (and its expiry from now)."""
         user_key = self._user_key(key, "updateValue")
         new = self._value(value, "updateValue")
-        self._writable()[user_key] = (new, None)
+        self._writable()[user_key] = (new, _WRITTEN)
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         """The map's (user key, value) pairs."""
@@ -483,7 +486,7 @@ class MapStateImpl(VariableState):
                     if ttl:
                         drops.append((old_expiry, *key, *user_key))
             for user_key, (value, written) in current.items():
-                if written is not None:
+                if written is not _WRITTEN:
                     continue  # unchanged since it was read
                 old = stored.get(user_key)
                 row = (*key, *user_key, *value, expires) if ttl else (*key, *user_key, *value)

@@ -106,11 +106,15 @@ class StateVariable:
             ]
         values = [f.with_name(n) for f, n in zip(self.value, self.stored_value, strict=True)]
         primary = [*keys, *(f.name for f in middle)]
+        # Nullable in the variable's table: a TTL added to a variable that
+        # has rows adds the column at the end, and its old rows (null) never
+        # expire until they are written again.
         expiry = [pa.field(EXPIRES_AT, pa.int64(), nullable=False)] if self.ttl_ms else []
+        expires = [pa.field(EXPIRES_AT, pa.int64())] if self.ttl_ms else []
         tables = [
             TableSchema(
                 _table_id(self.name),
-                [*grouping, *middle, *values, *expiry],
+                [*grouping, *middle, *values, *expires],
                 primary,
                 name=self.name,
             )

@@ -430,3 +430,194 @@ def test_rows_out_by_name() -> None:
         StatefulProcessorOperator(Reordered(), KV, ["key"], "key string, count long")
     )
     assert h.process_rows([("a", "x")]) == [(INS, ("a", 7))]
+
+
+class _Declares(StatefulProcessor):
+    """Declares what it is given: (call, name, schema, ttl) tuples, and deletes names."""
+
+    def __init__(self, *declared: tuple[str, str, str, int | None], deletes: tuple[str, ...] = ()):
+        self.declared = declared
+        self.deletes = deletes
+
+    def init(self, handle: Any) -> None:
+        self.states = {}
+        for call, name, schema, ttl in self.declared:
+            if call == "getMapState":
+                self.states[name] = handle.getMapState(name, "k string", schema, ttl)
+            else:
+                self.states[name] = getattr(handle, call)(name, schema, ttl)
+        for name in self.deletes:
+            handle.deleteIfExists(name)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        for row in rows:
+            for state in self.states.values():
+                if hasattr(state, "appendValue"):
+                    state.appendValue((row.value,))
+                elif hasattr(state, "updateValue"):
+                    state.updateValue((row.value,), (row.value,))
+                else:
+                    state.update((row.value,))
+        return iter([])
+
+    def close(self) -> None:
+        pass
+
+
+class TestRestart:
+    """A processor changed between runs of one checkpoint (check_state, as the runner calls it)."""
+
+    def first_run(self, tmp_path: Any, processor: StatefulProcessor) -> list[Any]:
+        from pyarrow.fs import LocalFileSystem
+
+        from operators._state_location import StateLocation
+
+        op = StatefulProcessorOperator(processor, KV, ["key"], "key string")
+        with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
+            h.process_rows([("a", "x")])
+            h.commit()
+        location = StateLocation.of(LocalFileSystem(), str(tmp_path / "checkpoint"), "test")
+        return location.stored_tables(op.name)
+
+    def test_kind_change_refused(self, tmp_path: Any) -> None:
+        """A variable stored as a value state and declared as a list is an InputError naming it."""
+        stored = self.first_run(tmp_path, _Declares(("getValueState", "s", "v string", None)))
+        op = StatefulProcessorOperator(
+            _Declares(("getListState", "s", "v string", None)), KV, ["key"], "key string"
+        )
+        with pytest.raises(InputError, match=r"'s' \(getListState\).*as a value state"):
+            op.check_state(stored)
+
+    def test_value_type_change_refused(self, tmp_path: Any) -> None:
+        """A value field whose type changed is refused, as Spark refuses it."""
+        stored = self.first_run(tmp_path, _Declares(("getValueState", "s", "v string", None)))
+        op = StatefulProcessorOperator(
+            _Declares(("getValueState", "s", "v bigint", None)), KV, ["key"], "key string"
+        )
+        with pytest.raises(InputError, match="VALUE_SCHEMA_NOT_COMPATIBLE"):
+            op.check_state(stored)
+
+    def test_removed_variable_kept_deleted_variable_emptied(self, tmp_path: Any) -> None:
+        """A variable init drops is kept; one it passes to deleteIfExists is emptied."""
+        stored = self.first_run(
+            tmp_path,
+            _Declares(
+                ("getValueState", "kept", "v string", None),
+                ("getListState", "gone", "v string", 1000),
+                ("getMapState", "m", "v string", None),
+            ),
+        )
+        op = StatefulProcessorOperator(
+            _Declares(("getMapState", "m", "v string", 500), deletes=("gone",)),
+            KV,
+            ["key"],
+            "key string",
+        )
+        op.check_state(stored)
+        assert sorted(op.purged) == ["gone", "gone$ttl"]
+        with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
+            h.restore(0)
+            h.process_rows([("a", "y")])
+            h.commit()
+            assert list(h.table("kept").scan()) == [("a", "x")]
+            assert list(h.table("gone").scan()) == []
+            # The TTL added to m: its old entry keeps no expiry, the new one has one.
+            assert list(h.table("m").scan()) == [("a", "x", "x", None), ("a", "y", "y", 500)]
+
+
+class _Chain(StatefulProcessor):
+    """Registers a timer at ``now + after`` per row; each firing registers one
+    already due (at now - 1) and emits what Spark hands it."""
+
+    def __init__(self, after: int, event_time: bool = False) -> None:
+        self.after, self.event_time = after, event_time
+
+    def init(self, handle: Any) -> None:
+        self.handle = handle
+
+    def _now(self, tv: Any) -> int:
+        return int(
+            tv.getCurrentWatermarkInMs() if self.event_time else tv.getCurrentProcessingTimeInMs()
+        )
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        list(rows)
+        self.handle.registerTimer(max(self._now(timerValues) + self.after, 0))
+        yield Row(key=key[0], what="rows", at=timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:
+        fired = expiredTimerInfo.getExpiryTimeInMs()
+        if fired > 0 or not self.event_time:
+            self.handle.registerTimer(self._now(timerValues) - 1)
+        yield Row(key=f"{type(key).__name__}:{key.key}", what="fired", at=fired)
+
+    def close(self) -> None:
+        pass
+
+
+class TestSparkEdges:
+    """Spark's behaviour where relstate's generic operator rules differ (38spark's findings)."""
+
+    def test_operator_with_integer_key_pickles(self) -> None:
+        """An operator grouped by an integer key pickles (its key codec is made where used)."""
+        from pyspark import cloudpickle
+
+        schema = pa.schema([("key", pa.int64()), ("value", pa.string())])
+        op = StatefulProcessorOperator(
+            Timeout(),
+            schema,
+            ["key"],
+            "key long, count long, seen string, fired long",
+            time_mode="ProcessingTime",
+        )
+        assert op.key_codec.decode(op.key_codec.encode((7,))) == (7,)
+        copy = cloudpickle.loads(cloudpickle.dumps(op))
+        h = OperatorHarness(copy)
+        h.processing_time = 5
+        h.process_rows([(7, "x")])
+        h.commit()
+        h.processing_time = 2000
+        h.commit()
+        assert h.output == [(INS, (7, 1, "x", 1005))]
+
+    def test_timer_registered_by_a_timer_fires_next_batch(self, backend: str) -> None:
+        """A timer a handleExpiredTimer registers, already due, fires next batch; key is a Row."""
+        op = StatefulProcessorOperator(
+            _Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
+        )
+        h = harness(op, backend)
+        h.processing_time = 1000
+        h.process_rows([("a", "x")])
+        h.commit()
+        h.processing_time = 1100
+        h.commit()
+        assert [row for _, row in h.output[1:]] == [("Row:a", "fired", 1100)]
+        h.processing_time = 1200
+        h.commit()
+        assert [row for _, row in h.output[2:]] == [("Row:a", "fired", 1099)]
+
+    def test_processing_time_values_carry_the_watermark(self, backend: str) -> None:
+        """ProcessingTime: TimerValues carry the watermark (0 before the first), as Spark."""
+        op = StatefulProcessorOperator(
+            _Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
+        )
+        h = harness(op, backend)
+        assert h.process_rows([("a", "x")]) == [(INS, ("a", "rows", 0))]
+        h.commit()
+        h.advance_watermark(5000)
+        assert h.process_rows([("a", "x")]) == [(INS, ("a", "rows", 5000))]
+
+    def test_event_time_timer_at_zero_fires_in_batch_zero(self, backend: str) -> None:
+        """Before the first watermark Spark's is 0: an event-time timer at 0 fires in batch 0."""
+        op = StatefulProcessorOperator(
+            _Chain(-10, event_time=True),
+            KV,
+            ["key"],
+            "key string, what string, at long",
+            time_mode="EventTime",
+        )
+        h = harness(op, backend)
+        h.process_rows([("a", "x")])
+        h.commit()
+        assert [row for _, row in h.output] == [("a", "rows", 0), ("Row:a", "fired", 0)]
+        assert list(h.table("$timers").scan()) == []

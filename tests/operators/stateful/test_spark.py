@@ -11,9 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _processors import PandasRunningCount, RunningCount, Timeout
+from pyarrow.fs import LocalFileSystem
 
 from operators import ParquetSink
+from operators._journal import Journal
 from operators.stateful import transform_with_state, transform_with_state_in_pandas
+from statestore import PartitionCheckpoint
+from statestore._faults import inject
 
 pytestmark = pytest.mark.spark
 
@@ -103,3 +107,51 @@ def test_processing_time_timers_with_clock(spark: Any, tmp_path: Path) -> None:
         Counter(),
         Counter({("a", 3, "q", 11_600): 1}),
     ]
+
+
+def _timeouts(spark: Any, root: Path, source: Path, times: dict[int, int]) -> ParquetSink:
+    stream = (
+        spark.readStream.schema("key string, value string")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+    )
+    sink = ParquetSink(str(root / "out"))
+    query = transform_with_state(
+        stream.groupBy("key"),
+        Timeout(1000),
+        "key string, count long, seen string, fired long",
+        "Update",
+        "ProcessingTime",
+        sink=sink,
+        checkpoint=str(root / "checkpoint"),
+        partitions=2,
+        trigger={"availableNow": True},
+        clock=lambda batch_id: times[batch_id],
+    )
+    query.awaitTermination()
+    return sink
+
+
+def test_crash_between_commit_and_record_resumes_exactly(spark: Any, tmp_path: Path) -> None:
+    """Killed after batch 1's state commit and output, before its record: run
+    again, a processor with timers and TTL gives the uninterrupted run's output."""
+    source = _source(tmp_path)
+    # a's timer (10_600 + 1000) fires in batch 2, after its TTL'd value
+    # (written at 10_600, 5000 ms) expired: the output shows both.
+    times = {0: 10_000, 1: 10_600, 2: 16_000}
+    columns = ["key", "count", "seen", "fired"]
+    whole = _per_batch(spark, _timeouts(spark, tmp_path / "whole", source, times), columns)
+    assert whole == [Counter(), Counter(), Counter({("a", 3, None, 11_600): 1})]
+    crashed = tmp_path / "crashed"
+    with (
+        inject("runner.driver_after_sink", nth=2),
+        pytest.raises(Exception, match="driver_after_sink"),
+    ):
+        _timeouts(spark, crashed, source, times)
+    location = str(crashed / "checkpoint" / "state")
+    assert Journal(LocalFileSystem(), location).latest() == 0
+    assert any(
+        PartitionCheckpoint(location, "transform_with_state", p).commits(1) for p in range(2)
+    )
+    sink = _timeouts(spark, crashed, source, times)
+    assert _per_batch(spark, sink, columns) == whole
