@@ -89,8 +89,10 @@ def _parser() -> argparse.ArgumentParser:
         help=(
             "what to measure: 'store' (the default: encodings, StateTable, checkpoints) "
             "or an operator against its baseline on Spark: 'join', 'append_join', "
-            "'dedup', 'fkjoin', 'aggregate', 'topn', or a two-stage pipeline in one query "
-            "against two chained queries: 'pipeline' (these write docs/bench/NAME.md)"
+            "'dedup', 'fkjoin', 'aggregate', 'topn', a StatefulProcessor against Spark's "
+            "transformWithStateInPandas and a native operator: 'tws', or a two-stage pipeline "
+            "in one query against two chained queries: 'pipeline' (these write "
+            "docs/bench/NAME.md)"
         ),
     )
     bench.add_argument(
