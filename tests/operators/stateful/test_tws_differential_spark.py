@@ -12,14 +12,15 @@ processing-time timers expire in the same batches on both sides. The
 watermark is not replayed: relstate computes its own by the one watermark
 rule, and the event-time processor emits it, so it is compared too.
 
-A few queries run at once (each mostly waits); all of Spark's finish before
-relstate's start, since relstate needs Spark's times.
+A few queries run at once (each mostly waits, some on purpose); all of
+Spark's finish before relstate's start, since relstate needs Spark's times.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,13 @@ from tests.operators.stateful.cases import CASES
 
 pytestmark = pytest.mark.spark
 
+#: One case in one flavour.
+Run = tuple[str, str]
 #: Every (case, flavour) compared.
-RUNS = [(name, flavour) for name in CASES for flavour in FLAVOURS]
-#: Queries running at once on one side (each of Spark's started after the
-#: one before has run its first batch, see ``first_batch_done``).
-WAVE = 4
+RUNS: list[Run] = [(name, flavour) for name in CASES for flavour in FLAVOURS]
+#: Queries active at once on one side, each started after the one before
+#: has run its first batch (see ``first_batch_done``).
+LIMIT = 6
 
 Batches = list[Counter[tuple[Any, ...]]]
 
@@ -61,11 +64,6 @@ class Compared:
     relstate: Batches
     #: Batches relstate's query ran.
     relstate_batches: int
-
-
-def _waves(runs: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
-    for start in range(0, len(runs), WAVE):
-        yield runs[start : start + WAVE]
 
 
 def start_relstate(
@@ -102,33 +100,41 @@ def start_relstate(
     return query, got
 
 
+def _windowed(runs: list[Run], start: Callable[[Run], Any]) -> dict[Run, Any]:
+    """Start ``start(run)`` for every run, at most :data:`LIMIT` queries
+    active at once, each after the one before has run its first batch;
+    what each start returned (its query first)."""
+    started: dict[Run, Any] = {}
+    for run in runs:
+        while sum(1 for s in started.values() if s[0].isActive) >= LIMIT:
+            time.sleep(0.1)
+        started[run] = start(run)
+        first_batch_done(started[run][0])
+    return started
+
+
 @pytest.fixture(scope="module")
-def compared(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[Any, Compared]:
+def compared(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[Run, Compared]:
     """Every run of :data:`RUNS` through Spark, then through relstate."""
-    roots = {}
-    spark_runs: dict[tuple[str, str], SparkRun] = {}
-    for wave in _waves(RUNS):
-        started = {}
-        for name, flavour in wave:
-            root = roots[name, flavour] = tmp_path_factory.mktemp(f"tws-{name}-{flavour}")
-            write_input(CASES[name], root / "source")
-            started[name, flavour] = start_spark(
-                spark, CASES[name], flavour, root / "source", root / "spark"
-            )
-            first_batch_done(started[name, flavour][0])
-        for run, (query, spark_run) in started.items():
-            spark_runs[run] = finish_spark(query, spark_run, roots[run] / "spark")
+    roots = {run: tmp_path_factory.mktemp(f"tws-{run[0]}-{run[1]}") for run in RUNS}
+
+    def spark_side(run: Run) -> tuple[Any, SparkRun]:
+        root = roots[run]
+        write_input(CASES[run[0]], root / "source")
+        return start_spark(spark, CASES[run[0]], run[1], root / "source", root / "spark")
+
+    spark_runs = {
+        run: finish_spark(query, spark_run, roots[run] / "spark")
+        for run, (query, spark_run) in _windowed(RUNS, spark_side).items()
+    }
+
+    def relstate_side(run: Run) -> tuple[Any, Batches]:
+        return start_relstate(spark, CASES[run[0]], run[1], roots[run], spark_runs[run].times)
+
     out = {}
-    for wave in _waves(RUNS):
-        ours = {
-            (name, flavour): start_relstate(
-                spark, CASES[name], flavour, roots[name, flavour], spark_runs[name, flavour].times
-            )
-            for name, flavour in wave
-        }
-        for run, (query, got) in ours.items():
-            query.awaitTermination()
-            out[run] = Compared(spark_runs[run], got, len(query.history))
+    for run, (query, got) in _windowed(RUNS, relstate_side).items():
+        query.awaitTermination()
+        out[run] = Compared(spark_runs[run], got, len(query.history))
     return out
 
 
