@@ -268,6 +268,14 @@ class StatefulProcessorOperator(Operator):
                 if base in self.deleted:
                     self.purged.append(meta.name)
 
+    def wants_batch_without_input(self, watermark_moved: bool) -> bool:
+        """Spark's ``shouldRunAnotherBatch``: in ``ProcessingTime`` mode after
+        every batch (timers and TTL move with the clock), in ``EventTime``
+        mode when the watermark moved."""
+        if self.time_mode == "ProcessingTime":
+            return True
+        return self.time_mode == "EventTime" and watermark_moved
+
     # -- the batch ----------------------------------------------------------------------
 
     def open(self, ctx: OperatorContext) -> None:
