@@ -338,6 +338,16 @@ class Journal:
         self._write_json(name, now)
         return now
 
+    def request_batch(self, batch_id: int) -> None:
+        """Ask Spark for batch ``batch_id`` even if no input comes: the
+        ``relstate-tick`` source reads the request as its latest offset."""
+        self._write_json("tick.json", batch_id)
+
+    def requested_batch(self) -> int:
+        """The latest batch asked for with :meth:`request_batch` (``-1``: none)."""
+        found = self._read_json("tick.json")
+        return -1 if found is None else int(found)
+
     def prune(self, keep: int) -> int:
         """Delete the records (and start times) of all but the newest ``keep``
         recorded batches: the state keeps no older versions to read them

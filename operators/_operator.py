@@ -174,6 +174,15 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
         refuses an incompatible table as it loads, inside the first batch).
         By default nothing."""
 
+    def wants_batch_without_input(self, watermark_moved: bool) -> bool:
+        """Whether the runner should run the next batch even if no input
+        comes (Spark's no-data batch), asked after each batch;
+        ``watermark_moved``: the next batch's input watermark will differ
+        from this one's. An operator whose timers or state expire with
+        processing time says ``True``. By default ``False``: a batch runs
+        when input comes."""
+        return False
+
     def output_watermark(self, watermark: int | None) -> int | None:
         """The watermark of this operator's output, given its input watermark
         (``None``: none yet): what a later stage of a pipeline gets as its

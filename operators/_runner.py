@@ -180,6 +180,9 @@ class _Driver:
         self.error: InputError | None = None
         self.delays = pipeline.watermark_delays()
         self.stage_inputs = pipeline.watermark_inputs()
+        #: Whether a stage may ask for batches with no input (the query
+        #: reads the ``relstate-tick`` source).
+        self.ticking = False
         self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
         #: Each stage that runs in a later stage's job, with that stage.
         self.fused = self._fused()
@@ -245,6 +248,7 @@ class _Driver:
         # The batch record decides; the stores' winner records, written after
         # it, are for readers that load a version without naming a commit.
         self.journal.write(record)
+        self._request_next(record, marks)
         self._commit_sink(batch_id)
         with self.winner_lock:
             self.winner_records = self.winner_writer.submit(self.journal.record_winners, record)
@@ -260,6 +264,21 @@ class _Driver:
         self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
         if self.progress is not None:
             self.progress(summary)
+
+    def _request_next(self, record: BatchRecord, marks: Sequence[int | None]) -> None:
+        """Ask Spark for the next batch, input or not, when a stage wants it
+        (:meth:`Operator.wants_batch_without_input`), as Spark runs its
+        no-data batches."""
+        if not self.ticking:
+            return
+        upcoming = query_watermark(self.delays, record.max_event_time, record.watermark)
+        after = stage_watermarks(self.stage_inputs, upcoming)
+        stages = self.pipeline.stages
+        if any(
+            s.operator.wants_batch_without_input(a != b)
+            for s, a, b in zip(stages, after, marks, strict=True)
+        ):
+            self.journal.request_batch(record.batch_id + 1)
 
     def settle(self) -> None:
         """Wait until the winner records of the last batch this driver
@@ -1229,10 +1248,23 @@ def start(
                 F.lit(index).alias(_SOURCE),
             )
         )
+    ticking = any(s.operator.wants_batch_without_input(True) for s in pipeline.stages)
+    if ticking:
+        # Spark's no-data batches: a source whose offset moves when a stage
+        # asks for the next batch (operators/_tick_source.py); no rows.
+        from operators._tick_source import TickSource
+
+        session = frames[0].sparkSession
+        session.dataSource.register(TickSource)
+        tick = session.readStream.format("relstate-tick").load(location)
+        frames.append(
+            tick.select(F.lit(RowKind.INSERT.value).alias(ROW_KIND), F.lit(-1).alias(_SOURCE))
+        )
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     if progress is None and sys.stderr.isatty():
         progress = _console_line
     driver = _Driver(pipeline, outputs, plans, journal, max(store.retain_versions, 2), progress)
+    driver.ticking = ticking
     if query_name:
         driver.query_name = query_name
     writer = stream.writeStream.foreachBatch(driver).option(

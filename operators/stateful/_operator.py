@@ -11,6 +11,7 @@ order, then ``close``. docs/transform-with-state.md has the rules.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -266,6 +267,14 @@ class StatefulProcessorOperator(Operator):
                 base = meta.name.removesuffix("$ttl")
                 if base in self.deleted:
                     self.purged.append(meta.name)
+
+    def wants_batch_without_input(self, watermark_moved: bool) -> bool:
+        """Spark's ``shouldRunAnotherBatch``: in ``ProcessingTime`` mode after
+        every batch (timers and TTL move with the clock), in ``EventTime``
+        mode when the watermark moved."""
+        if self.time_mode == "ProcessingTime":
+            return True
+        return self.time_mode == "EventTime" and watermark_moved
 
     # -- the batch ----------------------------------------------------------------------
 
@@ -583,11 +592,15 @@ def _groups(batch: pa.RecordBatch, names: Sequence[str]) -> tuple[pa.Table, list
 
 
 def _rows(values: pa.RecordBatch) -> list[Any]:
+    """The rows as PySpark ``Row`` s with the batch's column names. Each is a
+    tuple made in C whose class (a ``Row`` subclass made per batch) holds the
+    names; it behaves, compares and pickles as the ``Row`` Spark hands over."""
     from pyspark.sql import Row
 
-    make = Row(*values.schema.names)
+    names = list(values.schema.names)
+    row = type("Row", (Row,), {"__fields__": names, "__module__": Row.__module__})
     columns = [c.to_pylist() for c in values.columns]
-    return list(map(make, *columns)) if columns else [make() for _ in range(values.num_rows)]
+    return list(map(partial(tuple.__new__, row), zip(*columns, strict=True)))
 
 
 def _frame(values: pa.RecordBatch) -> Any:
@@ -628,46 +641,67 @@ def _rows_out(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
         ) from exc
 
 
+def _column_values(frame: Any, position: int) -> Any:
+    """Column ``position`` of a DataFrame as an array. A column's Series is
+    made on first access, which costs more than the processor's whole frame;
+    pandas 2 reads the block directly (``_get_column_array``)."""
+    read = getattr(frame, "_get_column_array", None)
+    if read is not None:
+        return read(position)
+    return frame.iloc[:, position].to_numpy()
+
+
 def _frames_out(frames: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     """DataFrames a handler returned, as one batch of the output schema:
     columns by name when every label is a string, else by position (as
-    PySpark's ``assign_cols_by_name``)."""
+    PySpark's ``assign_cols_by_name``). Each column's parts are joined in
+    numpy and converted to Arrow once."""
     import pandas as pd
 
     names = schema.names
-    parts = []
+    parts: list[list[Any]] = [[] for _ in names]
     for frame in frames:
         if not isinstance(frame, pd.DataFrame):
             raise InputError(
                 f"a pandas processor returns an iterator of pandas DataFrames, got "
                 f"{type(frame).__name__}"
             )
-        if frame.empty and not len(frame):
+        if not len(frame):
             continue
-        if all(isinstance(c, str) for c in frame.columns):
-            missing = [n for n in names if n not in frame.columns]
+        labels = frame.columns.tolist()
+        if all(isinstance(c, str) for c in labels):
+            missing = [n for n in names if n not in labels]
             if missing:
                 raise InputError(
-                    f"a returned DataFrame lacks output column(s) {missing}; it has "
-                    f"{list(frame.columns)}"
+                    f"a returned DataFrame lacks output column(s) {missing}; it has {labels}"
                 )
-            parts.append(frame[names])
+            positions: Iterable[int] = [labels.index(n) for n in names]
+        elif len(labels) < len(names):
+            raise InputError(
+                f"a returned DataFrame has {len(labels)} columns, the output schema {len(names)}"
+            )
         else:
-            renamed = frame.iloc[:, : len(names)].copy()
-            renamed.columns = names
-            parts.append(renamed)
-    if not parts:
+            positions = range(len(names))
+        for column, position in zip(parts, positions, strict=True):
+            column.append(_column_values(frame, position))
+    if not parts or not parts[0]:
         return pa.RecordBatch.from_pylist([], schema=schema)
-    frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-    try:
-        table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False, safe=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
-        raise InputError(
-            f"the processor returned DataFrames that do not fit the output schema {schema}: {exc}"
-        ) from exc
-    table = table.combine_chunks()
-    batches = table.to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+    arrays = []
+    for column, field in zip(parts, schema, strict=True):
+        if len(column) == 1:
+            values = column[0]
+        elif all(isinstance(c, np.ndarray) for c in column):
+            values = np.concatenate(column)
+        else:
+            values = np.concatenate([np.asarray(c, dtype=object) for c in column])
+        try:
+            arrays.append(pa.array(values, type=field.type, from_pandas=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+            raise InputError(
+                f"the processor returned DataFrames whose column {field.name!r} does not fit "
+                f"the output type {field.type}: {exc}"
+            ) from exc
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _kind(meta: TableMeta, n_grouping: int) -> str:

@@ -3,6 +3,7 @@ from ``grouped.transformWithState(...)`` in one line gives Spark's answer."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,10 @@ def _source(root: Path) -> Path:
     source.mkdir(parents=True)
     for i, rows in enumerate(BATCHES):
         table = pa.table({"key": [r[0] for r in rows], "value": [r[1] for r in rows]})
-        pq.write_table(table, source / f"part-{i:03d}.parquet")
+        path = source / f"part-{i:03d}.parquet"
+        pq.write_table(table, path)
+        # Spark reads files in modification time order: make it the batch order.
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
     return source
 
 
@@ -155,3 +159,41 @@ def test_crash_between_commit_and_record_resumes_exactly(spark: Any, tmp_path: P
     )
     sink = _timeouts(spark, crashed, source, times)
     assert _per_batch(spark, sink, columns) == whole
+
+
+def test_timers_fire_without_input(spark: Any, tmp_path: Path) -> None:
+    """ProcessingTime mode: once input stops, batches still run (Spark's no-data
+    batches), so a key's idle timer fires with no new row."""
+    import time
+
+    source = tmp_path / "source"
+    source.mkdir()
+    pq.write_table(pa.table({"key": ["a"], "value": ["x"]}), source / "part-0.parquet")
+    stream = spark.readStream.schema("key string, value string").parquet(str(source))
+    sink = ParquetSink(str(tmp_path / "out"))
+    query = transform_with_state(
+        stream.groupBy("key"),
+        Timeout(1000),
+        "key string, count long, seen string, fired long",
+        "Update",
+        "ProcessingTime",
+        sink=sink,
+        checkpoint=str(tmp_path / "checkpoint"),
+        partitions=2,
+        trigger={"processingTime": "200 milliseconds"},
+        clock=lambda batch_id: 10_000 + 600 * batch_id,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not sink.committed()[1:]:
+            time.sleep(0.2)
+        while time.monotonic() < deadline and not any(
+            r["fired"] for r in sink.read(spark).collect()
+        ):
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    rows = [(r["batch"], r["key"], r["count"], r["fired"]) for r in sink.read(spark).collect()]
+    # Batch 0 (10_000) registers 11_000; batch 1 (10_600) has no input and
+    # nothing due; batch 2 (11_200) fires it.
+    assert rows == [(2, "a", 1, 11_000)]
