@@ -36,10 +36,14 @@ __all__ = [
     "Case",
     "SparkRun",
     "batch_times",
+    "finish_spark",
     "first_batch_done",
+    "initial_state",
     "input_stream",
+    "replayed_clock",
     "row_of",
     "start_spark",
+    "start_spark_started",
     "write_input",
 ]
 
@@ -90,6 +94,8 @@ class SparkRun:
     and each batch's processing time and watermark from its offset log."""
 
     outputs: list[Counter[OutputRow]]
+    #: Spark's checkpoint of the query.
+    checkpoint: Path
     times: list[int] = field(default_factory=list)
     watermarks: list[int] = field(default_factory=list)
 
@@ -146,7 +152,7 @@ def start_spark(
         initialState=initial_state(spark, case),
         eventTimeColumnName=case.event_time_column,
     )
-    run = SparkRun(outputs=[Counter() for _ in case.batches])
+    run = SparkRun([Counter() for _ in case.batches], checkpoint)
 
     def collect(batch: Any, batch_id: int) -> None:
         run.outputs[batch_id] = Counter(row_of(r) for r in batch.collect())
@@ -179,11 +185,32 @@ def first_batch_done(query: Any, timeout_s: float = 300.0) -> None:
     """Wait until ``query`` has run its first batch (or stopped). Queries are
     started one after the other's first batch: the first batch of Spark's
     operator starts a Python worker on the driver that must connect back
-    within a fixed time, which several starting at once on a loaded machine
-    miss."""
+    within a fixed time (ten seconds), which several starting at once on a
+    loaded machine miss."""
     deadline = time.monotonic() + timeout_s
     while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+#: How Spark says that a Python worker missed its time to connect back.
+_NO_WORKER = "Python worker failed to connect back"
+
+
+def start_spark_started(
+    spark: Any, case: Case, flavour: str, source: Path, checkpoint: Path, attempts: int = 3
+) -> tuple[Any, SparkRun]:
+    """:func:`start_spark`, returned once the query has run its first batch.
+    A query whose Python worker missed its time to connect back before any
+    batch ran (the machine too loaded to start Python within Spark's fixed
+    ten seconds) is started again on a fresh checkpoint: nothing of it ran."""
+    for attempt in range(attempts):
+        where = checkpoint.with_name(f"{checkpoint.name}-{attempt}") if attempt else checkpoint
+        query, run = start_spark(spark, case, flavour, source, where)
+        first_batch_done(query)
+        failed = query.exception()
+        if failed is None or _NO_WORKER not in str(failed) or query.lastProgress is not None:
+            return query, run
+    return query, run
 
 
 def batch_times(checkpoint: Path) -> list[tuple[int, int]]:
@@ -199,12 +226,13 @@ def batch_times(checkpoint: Path) -> list[tuple[int, int]]:
     return out
 
 
-def finish_spark(query: Any, run: SparkRun, checkpoint: Path) -> SparkRun:
+def finish_spark(query: Any, run: SparkRun) -> SparkRun:
     """Wait for Spark's query, then read its batches' times into ``run``."""
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise AssertionError(f"Spark's query failed: {query.exception()}")
-    times = batch_times(checkpoint)
+    try:
+        query.awaitTermination()
+    except Exception as exc:
+        raise AssertionError(f"Spark's query failed: {exc}") from exc
+    times = batch_times(run.checkpoint)
     run.times = [t for t, _ in times]
     run.watermarks = [w for _, w in times]
     return run

@@ -38,7 +38,7 @@ from tests.operators.stateful._spark_reference import (
     initial_state,
     input_stream,
     replayed_clock,
-    start_spark,
+    start_spark_started,
     write_input,
 )
 from tests.operators.stateful.cases import CASES
@@ -51,7 +51,7 @@ Run = tuple[str, str]
 RUNS: list[Run] = [(name, flavour) for name in CASES for flavour in FLAVOURS]
 #: Queries active at once on one side, each started after the one before
 #: has run its first batch (see ``first_batch_done``).
-LIMIT = 6
+LIMIT = 4
 
 Batches = list[Counter[tuple[Any, ...]]]
 
@@ -121,10 +121,10 @@ def compared(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[Run, 
     def spark_side(run: Run) -> tuple[Any, SparkRun]:
         root = roots[run]
         write_input(CASES[run[0]], root / "source")
-        return start_spark(spark, CASES[run[0]], run[1], root / "source", root / "spark")
+        return start_spark_started(spark, CASES[run[0]], run[1], root / "source", root / "spark")
 
     spark_runs = {
-        run: finish_spark(query, spark_run, roots[run] / "spark")
+        run: finish_spark(query, spark_run)
         for run, (query, spark_run) in _windowed(RUNS, spark_side).items()
     }
 
