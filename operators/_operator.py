@@ -159,6 +159,13 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
     #: does; an operator that reads an upsert stream by its key says
     #: ``False``.
     needs_update_before: bool = True
+    #: ``True``: the runner hands the operator all of an input's rows of a
+    #: partition's batch in one :meth:`process_batch` call (a run of one
+    #: side), for an operator that must see all the rows of a key in a batch
+    #: at once, as Spark's ``transformWithState`` calls ``handleInputRows``
+    #: once per key and batch. ``False`` (the default): in chunks of about
+    #: 262,144 rows or 64 MiB, which bound the memory a batch takes.
+    takes_whole_batch: bool = False
 
     def check_watermarks(self, watermarks: Mapping[int, Watermark]) -> None:  # noqa: B027
         """Called once by the runner as a query starts, with its watermarks

@@ -246,7 +246,7 @@ def _run(
                 yield from passing
                 passing.clear()
             given = sorter.rows()
-        rows = side_batches(given, plan.side_columns)
+        rows = side_batches(given, plan.side_columns, plan.operator.takes_whole_batch)
         outputs = _outputs(run, rows, plan, max_time)
         if output is None:
             position = partition << _ORDER_BITS
@@ -397,7 +397,7 @@ def conform(batch: pa.RecordBatch, declared: pa.Schema) -> pa.RecordBatch:
 
 
 def side_batches(
-    batches: Iterator[pa.RecordBatch], columns: list[list[str]]
+    batches: Iterator[pa.RecordBatch], columns: list[list[str]], whole: bool = False
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Split a task's input into runs of one side, in order, each with that
     side's own column names and ``row_kind``. A stage of one input gets no
@@ -405,7 +405,8 @@ def side_batches(
     all append-only no ``row_kind`` (every row an insert). Consecutive runs of one side
     are joined until they reach :data:`CHUNK_ROWS` rows or :data:`CHUNK_BYTES`
     bytes (a chunk may pass it by the last input batch's run), so that an operator sees few large
-    batches rather than the many small ones Arrow hands a task."""
+    batches rather than the many small ones Arrow hands a task; ``whole``
+    (:attr:`Operator.takes_whole_batch`): not cut by size at all."""
     side, rows, size = -1, 0, 0
     pending: list[pa.RecordBatch] = []
     for batch in batches:
@@ -418,7 +419,8 @@ def side_batches(
             sides, starts = np.zeros(1, dtype=np.int64), [0]
         for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
             run_side = int(sides[start])
-            if pending and (run_side != side or rows >= CHUNK_ROWS or size >= CHUNK_BYTES):
+            full = not whole and (rows >= CHUNK_ROWS or size >= CHUNK_BYTES)
+            if pending and (run_side != side or full):
                 yield side, _untagged(side, pending, columns[side])
                 pending, rows, size = [], 0, 0
             side = run_side

@@ -103,6 +103,9 @@ class StatefulProcessorOperator(Operator):
     """
 
     consistency = ConsistencyMode.UNCHECKED
+    #: Spark calls handleInputRows once per key and batch: all of a key's rows
+    #: of the batch come in one call.
+    takes_whole_batch = True
     #: PySpark's ``TwsTester`` refuses an event-time timer at or below the
     #: watermark; Spark's operator takes it (it fires in the same batch).
     refuse_past_event_timers = False

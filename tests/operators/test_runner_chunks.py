@@ -58,6 +58,16 @@ class TestSideBatches:
         assert [len(c) for c in out] == [6, 6, 3]
         assert [k for chunk in out for k in chunk] == list(range(15))
 
+    def test_a_whole_batch_operator_gets_its_run_uncut(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """For an operator that takes whole batches, a run past the chunk
+        size comes out in one piece."""
+        monkeypatch.setattr(_spark_task, "CHUNK_ROWS", 4)
+        batches = [tagged([0] * 3, 3 * i) for i in range(5)]
+        out = [b.column("k").to_pylist() for _, b in side_batches(iter(batches), COLUMNS, True)]
+        assert out == [list(range(15))]
+
     def test_a_wide_run_is_cut_at_the_chunk_bytes(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A run that holds the chunk's bytes in fewer rows than the chunk
         size is cut there, none lost."""
