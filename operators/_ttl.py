@@ -8,6 +8,11 @@ state that the watermark expires (Spark's ``dropDuplicates`` and
 its time): an entry that expires at ``e`` is live while the clock is below
 ``e``. ``StreamingJoin``'s side TTLs, ``Deduplicate``'s state TTL and the
 dedup operators' watermark eviction all decide here.
+
+Spark's ``transformWithState`` TTL has the same boundary (``StateTTL``: an
+entry written at batch time ``t`` expires at ``t + d`` and is expired once
+``batchTimestampMs >= expirationMs``), so ``operators.stateful`` decides here
+too, with the batch's processing time as ``now``.
 """
 
 from __future__ import annotations
