@@ -110,6 +110,13 @@ class OperatorContext(abc.ABC):
     def delete_timer(self, timer: Timer) -> None:
         """Forget a registered timer (nothing if it is not registered)."""
 
+    def partition_of(self, key: Sequence[Any], types: Sequence[pa.DataType]) -> int:
+        """The partition of the stage the runner puts ``key`` (values of
+        ``types``) in: Spark's hash of it modulo :attr:`partition_count`. For
+        an operator that brings rows of its own (an initial state) and keeps
+        those of its partition."""
+        raise NotImplementedError(f"{type(self).__name__} does not place keys")
+
     def count(self, metric: str, n: int = 1) -> None:
         """Add ``n`` to the counter ``metric``."""
         self.metrics[metric] = self.metrics.get(metric, 0) + n

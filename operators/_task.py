@@ -14,6 +14,7 @@ import pyarrow as pa
 from encoding import PartitionLocal, TableSchema
 from operators._changelog import ROW_KIND, RowKind, kind_symbols
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._spark_hash import spark_partition
 from operators.errors import InputError
 from statestore import StateTable, get_logger
 
@@ -172,6 +173,9 @@ class BatchRun(OperatorContext):
         self._batches.append(
             pa.RecordBatch.from_arrays(arrays, schema=output_schema(self.operator))
         )
+
+    def partition_of(self, key: Sequence[Any], types: Sequence[pa.DataType]) -> int:
+        return spark_partition(key, types, self.partition_count)
 
     def register_timer(self, timer: Timer) -> None:
         self._timers.upsert((_DOMAIN[timer.domain], timer.time, timer.key))

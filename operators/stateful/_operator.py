@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 
 from encoding import KeyCodec, TableSchema
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._spark_hash import spark_partition
 from operators._state_location import table_schema
 from operators.errors import InputError
 from operators.stateful._handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
@@ -392,7 +391,7 @@ class StatefulProcessorOperator(Operator):
             types = [f.type for f in self.grouping]
             key_lists = [table.column(n).to_pylist() for n in names]
             mine = [
-                spark_partition(key, types, ctx.partition_count) == ctx.partition_id
+                ctx.partition_of(key, types) == ctx.partition_id
                 for key in zip(*key_lists, strict=True)
             ]
             table = table.filter(pa.array(mine, pa.bool_()))
