@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from operators._runner import QueryOptions, RelstateQuery, run_operator
 from operators.errors import InputError
-from operators.stateful._operator import StatefulProcessorOperator
+from operators.stateful._core import StatefulProcessorOperator
 
 if TYPE_CHECKING:
     from operators._sinks import BatchSink

@@ -5,16 +5,38 @@ the same calls as PySpark's ``StatefulProcessorHandle``, ``TimerValues`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
 
 from operators.errors import InputError
-from operators.stateful._variables import RecordingHandle
+from operators.stateful._core.state import Scope
+from operators.stateful._core.variables import RecordingHandle
 
-if TYPE_CHECKING:
-    from operators.stateful._operator import BatchState
+__all__ = ["ExpiredTimerInfo", "HandleBatch", "RuntimeHandle", "TimerValues"]
 
-__all__ = ["ExpiredTimerInfo", "RuntimeHandle", "TimerValues"]
+
+class HandleBatch(Protocol):
+    """What a handle works on: a partition's batch of the operator."""
+
+    @property
+    def grouping(self) -> Sequence[pa.Field]: ...
+
+    @property
+    def time_mode(self) -> str: ...
+
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def states(self) -> Mapping[str, Any]: ...
+
+    def register_timer(self, time: int) -> None: ...
+
+    def delete_timer(self, key: tuple[Any, ...], time: int, count: bool = True) -> None: ...
+
+    def list_timers(self) -> Iterator[int]: ...
 
 
 class TimerValues:
@@ -67,7 +89,7 @@ class RuntimeHandle:
     variable's state over its tables; the calls are recorded and must match
     the declarations the operator learnt when it was built."""
 
-    def __init__(self, batch: BatchState) -> None:
+    def __init__(self, batch: HandleBatch) -> None:
         self._batch = batch
         self._recorded = RecordingHandle(batch.grouping, batch.time_mode)
 

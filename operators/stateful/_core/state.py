@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from operators._ttl import expiry_time, live_from
 from operators.errors import InputError
-from operators.stateful._variables import EXPIRES_AT, StateVariable
+from operators.stateful._core.variables import EXPIRES_AT, StateVariable
 from statestore import StateTable
 
 __all__ = [

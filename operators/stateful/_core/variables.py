@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from encoding import EncodingError, RowCodec, SchemaError, TableSchema
 from operators.errors import InputError
-from operators.stateful._types import arrow_schema
+from operators.stateful._core.types import arrow_schema
 
 __all__ = [
     "EXPIRES_AT",

@@ -22,8 +22,8 @@ from encoding import KeyCodec, TableSchema
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._state_location import table_schema
 from operators.errors import InputError
-from operators.stateful._handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
-from operators.stateful._state import (
+from operators.stateful._core.handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
+from operators.stateful._core.state import (
     ListStateImpl,
     MapStateImpl,
     Scope,
@@ -31,8 +31,8 @@ from operators.stateful._state import (
     VariableState,
     rows_batch,
 )
-from operators.stateful._types import arrow_schema
-from operators.stateful._variables import (
+from operators.stateful._core.types import arrow_schema
+from operators.stateful._core.variables import (
     EXPIRES_AT,
     POSITION,
     StateVariable,
