@@ -41,7 +41,7 @@ from encoding import PartitionLocal
 from operators._journal import Journal, QueryShape
 from operators._sinks import write_atomically
 from operators._spark_hash import spark_hash, supported
-from operators._state_location import StateLocation, table_schema
+from operators._state_location import StateLocation
 from operators._state_read import scan_chunks
 from operators._task import TIMERS
 from operators.errors import InputError
@@ -298,7 +298,7 @@ def _move_operator(
                 staging,
                 operator,
                 q,
-                [table_schema(m) for m in metas],
+                [m.table_schema() for m in metas],
                 config,
                 filesystem=location.fs,
             )

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
-from encoding import TableSchema
-from encoding._schema import Direction, KeyColumn, NullOrder
 from operators._journal import RUNNER, BatchRecord, Journal, QueryShape
 from operators.errors import InputError
 from statestore import (
@@ -28,20 +26,7 @@ from statestore import (
     redact,
 )
 
-__all__ = ["StateLocation", "table_schema"]
-
-
-def table_schema(meta: TableMeta) -> TableSchema:
-    """The table schema a manifest records."""
-    keys = [KeyColumn(n, Direction(d), NullOrder(o)) for n, d, o in meta.key_columns]
-    return TableSchema(
-        meta.table_id,
-        meta.columns,
-        keys,
-        layout=meta.layout,
-        name=meta.name,
-        partition_by=meta.partition_by,
-    )
+__all__ = ["StateLocation"]
 
 
 class StateLocation:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._state_location import StateLocation, table_schema
+from operators._state_location import StateLocation
 from operators.errors import InputError, RepartitionedError, StateStoreError
 from statestore import Manifest, StateStore, StoreConfig, TableMeta, read_changelogs
 
@@ -99,7 +99,7 @@ def _reader(
             location.root,
             operator,
             partition,
-            [table_schema(m) for m in metas],
+            [m.table_schema() for m in metas],
             StoreConfig(local_dir=local, spill_rows=None),
             filesystem=location.fs,
         )

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 
 from encoding import KeyCodec, TableSchema
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._state_location import table_schema
 from operators.errors import InputError
 from operators.stateful._core.handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
 from operators.stateful._core.state import (
@@ -265,7 +264,7 @@ class StatefulProcessorOperator(Operator):
             if new is not None and variable is not None:
                 check_variable(variable, new, meta, len(self.grouping))
             elif new is None:
-                self.tables = [*self.tables, table_schema(meta)]
+                self.tables = [*self.tables, meta.table_schema()]
                 base = meta.name.removesuffix("$ttl")
                 if base in self.deleted:
                     self.purged.append(meta.name)
