@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench.suite_fkjoin import LEFT, RIGHT, _changelogs, _Plan
 from operators import FkJoin, Pipeline
-from operators._bench.suite_fkjoin import LEFT, RIGHT, _changelogs, _Plan
 from operators.testing import PipelineHarness
 
 ROUNDS = 5

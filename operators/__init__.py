@@ -5,20 +5,20 @@ are modules of their own. Importing this package does not import PySpark:
 ``relstate inspect`` reads state where PySpark cannot be imported.
 """
 
-from operators._changelog import ROW_KIND, RowKind, row_kinds
-from operators._fk_join import FkJoin, run_fk_join
-from operators._operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._pipeline import Pipeline, Stream
-from operators._runner import (
+from operators._api.changelog import ROW_KIND, RowKind, row_kinds
+from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._engine.graph import Pipeline, Stream
+from operators._engine.watermark import Watermark
+from operators._fk_join.join import FkJoin, run_fk_join
+from operators._spark.runner import (
     BatchSummary,
     QueryOptions,
     RelstateQuery,
     run_operator,
     stage_progress,
 )
-from operators._sinks import BatchSink, ParquetSink
-from operators._spark import register_sources
-from operators._watermark import Watermark
+from operators._spark.session import register_sources
+from operators._spark.sinks import BatchSink, ParquetSink
 from operators.errors import InputError, RunnerError
 
 __all__ = [

@@ -191,8 +191,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from operators._inspect import describe, rows
-    from operators._state_location import StateLocation
+    from operators._checkpoint.location import StateLocation
+    from operators._tools.inspect import describe, rows
     from operators.errors import InputError
     from statestore import StateStoreError
 
@@ -212,7 +212,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _repartition(args: argparse.Namespace) -> int:
-    from operators._repartition import repartition
+    from operators._tools.repartition import repartition
     from operators.errors import InputError
     from statestore import StateStoreError
 
@@ -236,7 +236,7 @@ def _repartition(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from operators.demo import DemoConfig, run_demo
+    from operators._tools.demo import DemoConfig, run_demo
     from operators.errors import InputError, RunnerError
 
     try:
@@ -256,8 +256,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from operators._bench import BenchConfig, charts, report, run
-    from operators._bench.suites import STORE
+    from bench import BenchConfig, charts, report, run
+    from bench.suites import STORE
 
     if args.suite != STORE:
         return _bench_suite(args)
@@ -287,9 +287,9 @@ def _bench_suite(args: argparse.Namespace) -> int:
     import dataclasses
     import tempfile
 
-    from operators._bench import versus
-    from operators._bench.runner import Machine
-    from operators._bench.suites import load
+    from bench import versus
+    from bench.runner import Machine
+    from bench.suites import load
 
     try:
         run = load(args.suite)

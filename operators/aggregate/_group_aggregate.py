@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
-from operators._operator import Operator, OperatorContext
-from operators._relational import (
+from operators._api.operator import Operator, OperatorContext
+from operators._api.relational import (
     Pending,
     add_counts,
     check_names,

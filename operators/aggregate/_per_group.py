@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from operators._changelog import RowKind
-from operators._operator import OperatorContext
-from operators._relational import key_tuples
+from operators._api.changelog import RowKind
+from operators._api.operator import OperatorContext
+from operators._api.relational import key_tuples
 from operators.aggregate._functions import Kind
 from operators.aggregate._results import SPECIALS, UNKNOWN, Touched, spark_order, special_value
 from statestore import StateTable

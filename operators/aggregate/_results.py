@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators._changelog import RowKind
-from operators._operator import OperatorContext
-from operators._relational import aligned, key_tuples, pylists
+from operators._api.changelog import RowKind
+from operators._api.operator import OperatorContext
+from operators._api.relational import aligned, key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 

@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import TableSchema
-from operators._changelog import RowKind, row_kinds
-from operators._operator import Operator, OperatorContext
-from operators._ttl import expired, expiry_time
+from operators._api.changelog import RowKind, row_kinds
+from operators._api.operator import Operator, OperatorContext
+from operators._api.ttl import expired, expiry_time
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from operators._changelog import RowKind
+from operators._api.changelog import RowKind
 
 __all__ = [
     "CLEAR",

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import Direction, key_equal_values
-from operators._operator import OperatorContext
+from operators._api.operator import OperatorContext
 from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
 

@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import KeyColumn, PartitionLocal, TableSchema
-from operators._changelog import RowKind
-from operators._operator import Operator, OperatorContext
-from operators._relational import (
+from operators._api.changelog import RowKind
+from operators._api.operator import Operator, OperatorContext
+from operators._api.relational import (
     Pending,
     add_counts,
     check_names,

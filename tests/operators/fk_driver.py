@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators import FkJoin, Pipeline, RowKind
-from operators._fk_stages import ResultStage, SubscriptionStage
+from operators._fk_join.stages import ResultStage, SubscriptionStage
 from operators.testing import PipelineHarness
 from statestore import ConsistencyMode
 

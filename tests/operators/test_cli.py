@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from operators._bench import BenchConfig, BenchResult, Figure, Machine, charts, report
-from operators._bench.measure import LAYOUTS
+from bench import BenchConfig, BenchResult, Figure, Machine, charts, report
+from bench.measure import LAYOUTS
 from operators.cli import main
 from statestore import ConsistencyMode
 

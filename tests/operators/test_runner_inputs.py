@@ -19,8 +19,8 @@ from operators import (
     RowKind,
     run_operator,
 )
-from operators._spark_task import StagePlan, open_store
-from operators.demo import write_batches
+from operators._spark.task import StagePlan, open_store
+from operators._tools.demo import write_batches
 from operators.testing import OperatorHarness
 from statestore import StateStore, StoreConfig
 
@@ -327,7 +327,7 @@ class TestSecondAttempt:
             first.close()
             second.close()
         tables = list(SideCounts.tables)
-        from operators._task import TIMERS
+        from operators._engine.task import TIMERS
 
         with StateStore(
             str(tmp_path / "state"), "side_counts", 0, [*tables, TIMERS], config
@@ -387,7 +387,7 @@ class TestStageInputFrame:
         sequences and row kinds as a union of each side's own selection,
         including a side read in another order than the sources', a null-key
         condition, and a source the stage does not read."""
-        from operators._runner import _side_rows, _SideRows, _StageInput, _unioned
+        from operators._spark.runner import _side_rows, _SideRows, _StageInput, _unioned
 
         batch = spark.createDataFrame(
             [
