@@ -97,9 +97,9 @@ from bench.versus import (
     spark_floor,
     spark_two_stage_floor,
 )
-from operators._engine.graph import Pipeline
-from operators._fk_join.join import FkJoin, prepared, run_fk_join
+from operators._fk_join.join import FkJoin, add_stages
 from operators._fk_join.stages import ResultStage, SubscriptionStage
+from operators._spark.pipeline import Pipeline, prepared, run_fk_join
 from operators._spark.sinks import ParquetSink
 from operators._tools.demo import write_batches
 
@@ -392,7 +392,7 @@ def _stages_alone(spark: SparkSession, root: Path, join: FkJoin, partitions: int
         Discard(s.inputs, s.output, f"{s.name}-alone")
         for s in (SubscriptionStage(join), ResultStage(join))
     ]
-    output = join.wire(pipeline, *sides, *nothing)
+    output = add_stages(join, pipeline, *sides, *nothing)
     sink = _TimingSink(root / "alone")
     started = time.perf_counter()
     query = pipeline.start(

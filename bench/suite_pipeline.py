@@ -40,7 +40,7 @@ from bench.revenue_pipeline import (
 )
 from bench.versus import Comparison, SuiteResult, runs
 from operators._api.changelog import ROW_KIND
-from operators._engine.graph import Pipeline
+from operators._spark.pipeline import Pipeline
 from operators._spark.runner import RelstateQuery, job_group
 from operators._spark.sinks import ParquetSink
 from operators._tools.demo import join_orders, materialised

@@ -54,7 +54,7 @@ def test_change_batch_through_both_stages(
     """One change batch through the subscriptions and results stages: the
     time should not grow with the tables."""
     harness, batches = loaded
-    benchmark.pedantic(
+    benchmark.pedantic(  # type: ignore[no-untyped-call]
         harness.run_batch, setup=lambda: ((next(batches),), {}), rounds=ROUNDS, iterations=1
     )
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 from bench.measure import ratio_text
 from bench.runner import Machine
 from encoding import TableSchema
+from operators._api.changelog import ROW_KIND, RowKind
 from operators._api.operator import Operator, OperatorContext
 from operators._engine.row_order import SEQ, SIDE, RowOrder
 from operators._spark.session import without_adaptive_execution
@@ -43,6 +44,18 @@ __all__ = [
     "terminal",
     "work_of",
 ]
+
+
+def spark_order(order: RowOrder) -> list[str]:
+    """``order`` as Spark SQL sort expressions over a stage's input frame,
+    for the ceiling to have Spark sort by (``sortWithinPartitions``): by
+    side, by sequence number, retractions first, nulls first as Spark sorts."""
+    keys = [SIDE] if order.sides else []
+    keys.append(SEQ)
+    if order.kinds:
+        retractions = ", ".join(f"'{k}'" for k in RowKind if k.is_retract)
+        keys.append(f"CASE WHEN {ROW_KIND} IN ({retractions}) THEN 0 ELSE 1 END")
+    return keys
 
 
 @dataclass(frozen=True)
@@ -268,12 +281,12 @@ def spark_two_stage_floor(
         responses = f"`{key}` {key_type.simpleString()}"
         rows = batch.repartition(partitions, foreign_key)
         if ordered:
-            order = [F.expr(e) for e in RowOrder(sides=False, kinds=True).spark_order()]
+            order = [F.expr(e) for e in spark_order(RowOrder(sides=False, kinds=True))]
             rows = rows.sortWithinPartitions(*order).drop(SEQ)
             responses += f", {SIDE} int, {SEQ} long"
         rows = rows.mapInArrow(first, responses).repartition(partitions, key)
         if ordered:
-            order = [F.expr(e) for e in RowOrder(sides=True, kinds=False).spark_order()]
+            order = [F.expr(e) for e in spark_order(RowOrder(sides=True, kinds=False))]
             rows = rows.sortWithinPartitions(*order).drop(SIDE, SEQ)
         return rows.mapInArrow(second, "rows long")
 

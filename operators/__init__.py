@@ -7,9 +7,11 @@ are modules of their own. Importing this package does not import PySpark:
 
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._engine.graph import Pipeline, Stream
-from operators._engine.watermark import Watermark
-from operators._fk_join.join import FkJoin, run_fk_join
+from operators._api.sink import BatchSink
+from operators._api.watermark import Watermark
+from operators._engine.graph import Stream
+from operators._fk_join.join import FkJoin
+from operators._spark.pipeline import Pipeline, run_fk_join
 from operators._spark.runner import (
     BatchSummary,
     QueryOptions,
@@ -18,7 +20,7 @@ from operators._spark.runner import (
     stage_progress,
 )
 from operators._spark.session import register_sources
-from operators._spark.sinks import BatchSink, ParquetSink
+from operators._spark.sinks import ParquetSink
 from operators.errors import InputError, RunnerError
 
 __all__ = [

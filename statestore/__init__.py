@@ -6,7 +6,7 @@ from statestore._checkpoint import PartitionCheckpoint
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._faults import ENV_VAR as FAULT_ENV_VAR
 from statestore._faults import fault
-from statestore._filesystems import S3_OPTIONS, filesystem_for, redact
+from statestore._filesystems import S3_OPTIONS, filesystem_for, redact, write_atomically
 from statestore._log import (
     LogConfig,
     apply_log_config,
@@ -93,4 +93,5 @@ __all__ = [
     "read_changelogs",
     "redact",
     "remove_orphaned_caches",
+    "write_atomically",
 ]

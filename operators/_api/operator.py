@@ -16,7 +16,7 @@ from operators._api.changelog import RowKind, row_kinds
 from statestore import ConsistencyMode, StateTable
 
 if TYPE_CHECKING:
-    from operators._engine.watermark import Watermark
+    from operators._api.watermark import Watermark
 
 __all__ = [
     "Operator",

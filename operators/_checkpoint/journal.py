@@ -24,7 +24,6 @@ import contextlib
 import json
 import posixpath
 import time
-import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -33,7 +32,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from operators.errors import InputError
-from statestore import PartitionCheckpoint, redact
+from statestore import PartitionCheckpoint, redact, write_atomically
 
 __all__ = ["RUNNER", "BatchRecord", "Journal", "QueryShape", "StageShape"]
 
@@ -210,14 +209,6 @@ def _legacy_record(
     )
 
 
-def _write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    """Write ``path`` whole or not at all: a temporary file, then a move."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with fs.open_output_stream(tmp) as out:
-        out.write(data)
-    fs.move(tmp, path)
-
-
 class Journal:
     """The batch records of the state at ``root`` on ``fs``."""
 
@@ -358,7 +349,7 @@ class Journal:
 
     def _write_json(self, rel: str, obj: Any) -> None:
         data = json.dumps(obj, sort_keys=True).encode()
-        _write_atomically(self.fs, posixpath.join(self.dir, rel), data)
+        write_atomically(self.fs, posixpath.join(self.dir, rel), data)
 
 
 def _record_name(batch_id: int) -> str:

@@ -1,16 +1,17 @@
 """Pipelines: several keyed stages, built-in operators or users' own, in one
 streaming query.
 
-A :class:`Pipeline` is built from sources (streaming DataFrames) and stages
-(an operator, one input stream per operator input, the key its rows are
-partitioned by); each source and each stage is a :class:`Stream` that later
-stages read. Everything that can be checked without running a batch is
-checked here, as the pipeline is built: every column an operator declares is
-in its input with its type, keys exist and have one type on every side,
-sequence and event-time columns exist. A mistake is an
+A pipeline (:class:`PipelineGraph`; :class:`operators.Pipeline` starts it)
+is built from sources (streaming DataFrames) and stages (an operator, one
+input stream per operator input, the key its rows are partitioned by); each
+source and each stage is a :class:`Stream` that later stages read.
+Everything that can be checked without running a batch is checked here, as
+the pipeline is built: every column an operator declares is in its input
+with its type, keys exist and have one type on every side, sequence and
+event-time columns exist. A mistake is an
 :class:`~operators.errors.InputError` from the call that made it.
 
-``start`` runs the pipeline (:mod:`operators._spark.runner`);
+``Pipeline.start`` runs it in Spark (:mod:`operators._spark.pipeline`);
 :class:`operators.testing.PipelineHarness` runs the same pipeline without
 Spark, record at a time.
 """
@@ -19,22 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND
 from operators._api.operator import Operator
-from operators._engine.watermark import DELAY_KEY, StageInputs, Watermark
+from operators._api.watermark import Watermark
+from operators._engine.watermark import DELAY_KEY, StageInputs
 from operators.errors import InputError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from operators._spark.runner import QueryOptions, RelstateQuery
-    from operators._spark.sinks import BatchSink
-
-__all__ = ["Pipeline", "Stream", "arrow_schema_of", "same_type"]
+__all__ = ["PipelineGraph", "Stream", "arrow_schema_of", "same_type"]
 
 
 def arrow_schema_of(frame: DataFrame) -> pa.Schema:
@@ -72,7 +71,7 @@ class Stream:
     row kinds). ``schema`` holds its columns (without ``row_kind``);
     ``sequence`` the column that orders its rows, if any."""
 
-    pipeline: Pipeline = field(repr=False)
+    pipeline: PipelineGraph = field(repr=False)
     name: str
     schema: pa.Schema = field(repr=False)
     #: A source's index (``stage`` is then ``None``), or the stage's.
@@ -141,8 +140,10 @@ class Stage:
         return 1 if self.keyless else query_partitions
 
 
-class Pipeline:
-    """Sources and keyed stages that run in one streaming query."""
+class PipelineGraph:
+    """Sources and keyed stages that run in one streaming query: the graph,
+    which the runner and the harness run; :class:`operators.Pipeline` adds
+    starting it in Spark."""
 
     def __init__(self) -> None:
         self.sources: list[Source] = []
@@ -337,27 +338,6 @@ class Pipeline:
         """The column ordering each input of ``stage`` (the stream's own, else
         the stage's), ``None`` where it has none."""
         return [i.stream.sequence or stage.sequence for i in stage.inputs]
-
-    # -- running ------------------------------------------------------------------------
-
-    def start(
-        self,
-        output: Stream,
-        sink: BatchSink,
-        checkpoint: str,
-        partitions: int,
-        more_outputs: Sequence[tuple[Stream, BatchSink]] = (),
-        **options: Unpack[QueryOptions],
-    ) -> RelstateQuery:
-        """Start the streaming query that runs the pipeline; ``output``'s rows
-        (with ``row_kind``) go to ``sink`` each batch, and each further
-        ``(stream, sink)`` of ``more_outputs`` likewise, all written before the
-        batch is recorded and committed after. ``options`` are
-        :class:`~operators.QueryOptions`; see :func:`operators.run_operator`
-        for the other arguments."""
-        from operators._spark.runner import start
-
-        return start(self, output, sink, checkpoint, partitions, more_outputs, **options)
 
 
 def _key_lists(

@@ -85,16 +85,6 @@ class RowOrder:
     sides: bool
     kinds: bool
 
-    def spark_order(self) -> list[str]:
-        """The same order as Spark SQL sort expressions over the stage's
-        input frame, for Spark to sort by (``sortWithinPartitions``)."""
-        keys = [SIDE] if self.sides else []
-        keys.append(SEQ)
-        if self.kinds:
-            retractions = ", ".join(f"'{k.as_py()}'" for k in _RETRACTIONS)
-            keys.append(f"CASE WHEN {ROW_KIND} IN ({retractions}) THEN 0 ELSE 1 END")
-        return keys
-
     @property
     def _columns(self) -> list[str]:
         """The sort key columns of a keyed table (:meth:`_keyed`), first to last."""
@@ -107,8 +97,7 @@ class RowOrder:
         the sequence number, whether each is known (not null), so that nulls
         come first whatever the sort does with them (pyarrow has moved its
         null placement from the whole sort to each key); last, whether the
-        row accumulates (a row kind that is null, or none, does, as in
-        :meth:`spark_order`)."""
+        row accumulates (a row kind that is null, or none, does)."""
         for key in [SIDE, SEQ] if self.sides else [SEQ]:
             rows = rows.append_column(_known(key), rows.column(key).is_valid())
         if self.kinds:

@@ -24,19 +24,11 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from operators._api.operator import Operator
 
-__all__ = ["DELAY_KEY", "Watermark", "max_event_time", "query_watermark", "stage_watermarks"]
+__all__ = ["DELAY_KEY", "StageInputs", "max_event_time", "query_watermark", "stage_watermarks"]
 
 #: The column metadata key under which Spark's ``withWatermark`` records the
 #: delay (ms) on the event-time column.
 DELAY_KEY = "spark.watermarkDelayMs"
-
-
-@dataclass(frozen=True)
-class Watermark:
-    """A source's event-time column and how late its rows may be (ms)."""
-
-    column: str
-    delay_ms: int
 
 
 def query_watermark(

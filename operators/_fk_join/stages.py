@@ -1,4 +1,4 @@
-"""The two stages of the foreign-key join (see ``operators._fk_join.join``).
+"""The two stages of the foreign-key join (see ``operators._fk_join.spec``).
 
 :class:`SubscriptionStage` runs where the right table lives (partitioned by
 FK); :class:`ResultStage` where the left table lives (partitioned by K).
@@ -15,23 +15,15 @@ from encoding import TableSchema
 from operators._api.changelog import RowKind, row_kinds
 from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import Operator, OperatorContext
+from operators._fk_join.spec import FK, HASH, RESPONSE_SEQUENCE, FkJoinSpec
 from operators.errors import InputError, RunnerError
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from operators._fk_join.join import FkJoin
+__all__ = ["ResultStage", "SubscriptionStage"]
 
-__all__ = ["FK", "HASH", "RESPONSE_SEQUENCE", "ResultStage", "SubscriptionStage"]
-
-#: The left row's foreign key (a column of the left changelog the stages take)
-#: and the hash of the row (computed by each stage from the row).
-FK = "__fk"
-HASH = "__hash"
-_SEQ = "__seq"
-#: The subscription stage's output column that orders its responses.
-RESPONSE_SEQUENCE = _SEQ
 _ORDER = "__order"
 _RIGHT = "__right_"
 _EMITTED = "__emitted"
@@ -63,7 +55,7 @@ class SubscriptionStage(Operator):
     # not read it again.
     consistency = ConsistencyMode.UNCHECKED
 
-    def __init__(self, join: FkJoin) -> None:
+    def __init__(self, join: FkJoinSpec) -> None:
         self.join = join
         self.name = f"{join.name}-subscriptions"
         keys = [join.left.field(k) for k in join.left_key]
@@ -76,7 +68,7 @@ class SubscriptionStage(Operator):
                 *keys,
                 digest,
                 *[pa.field(_RIGHT + f.name, f.type) for f in join.right],
-                pa.field(_SEQ, pa.int64(), nullable=False),
+                pa.field(RESPONSE_SEQUENCE, pa.int64(), nullable=False),
                 pa.field(_ORDER, pa.int64(), nullable=False),
             ]
         )
@@ -257,7 +249,7 @@ class ResultStage(Operator):
     # stored one, K's row when resolving), so the table need not read it again.
     consistency = ConsistencyMode.UNCHECKED
 
-    def __init__(self, join: FkJoin) -> None:
+    def __init__(self, join: FkJoinSpec) -> None:
         self.join = join
         self.name = f"{join.name}-results"
         fk = pa.field(FK, join.fk_type)
@@ -428,7 +420,7 @@ class ResultStage(Operator):
         return tuple(out)
 
 
-def _left_values(join: FkJoin, batch: pa.RecordBatch, names: list[str]) -> dict[str, list[Any]]:
+def _left_values(join: FkJoinSpec, batch: pa.RecordBatch, names: list[str]) -> dict[str, list[Any]]:
     """The Python values of the columns of left ``batch`` that ``names``
     and the row's hash need, each converted once, by name; and :data:`HASH`,
     each row's hash."""

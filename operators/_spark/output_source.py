@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from operators._spark.sinks import ParquetSink
+from operators._spark.output_files import OutputFiles
 from operators.errors import InputError
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def _struct(schema: pa.Schema) -> StructType:
     return struct
 
 
-def _parts(sink: ParquetSink, batch_ids: Sequence[int]) -> list[_Part]:
+def _parts(sink: OutputFiles, batch_ids: Sequence[int]) -> list[_Part]:
     return [_Part(b, f) for b in batch_ids for f in sink.committed_files(b)]
 
 
@@ -121,7 +121,7 @@ def _read(path: str, part: InputPartition, schema: StructType) -> Iterator[pa.Re
         return
 
     target = to_arrow_schema(schema, timezone="UTC")
-    table = ParquetSink(path).read_part(part.file)
+    table = OutputFiles(path).read_part(part.file)
     table = table.append_column(BATCH, pa.array([part.batch_id] * table.num_rows, pa.int64()))
     table = table.select(target.names).cast(target)
     yield from table.to_batches()
@@ -137,7 +137,7 @@ class OutputSource(DataSource):
 
     def schema(self) -> StructType:
         options = _Options.of(self.options)
-        schema = ParquetSink(options.path).schema()
+        schema = OutputFiles(options.path).schema()
         if schema is None:
             raise InputError(
                 f"relstate-output: {options.path} holds no output yet (no "
@@ -164,7 +164,7 @@ class _TableReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        sink = ParquetSink(self.options.path)
+        sink = OutputFiles(self.options.path)
         return _parts(sink, [b for b in sink.committed() if b >= self.options.starting_batch])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -178,7 +178,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: _Options, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self.sink = ParquetSink(options.path)
+        self.sink = OutputFiles(options.path)
         #: Trigger.AvailableNow's target: the last batch committed when the
         #: query started (``None``: no target).
         self.target: int | None = None

@@ -36,13 +36,14 @@ import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind
 from operators._api.operator import Operator
+from operators._api.sink import BatchSink, StagedSink
+from operators._api.watermark import Watermark
 from operators._checkpoint.journal import BatchRecord, Journal, QueryShape, StageShape
-from operators._engine.graph import Pipeline, Stream
+from operators._engine.graph import PipelineGraph, Stream
 from operators._engine.row_order import SEQ, SIDE, RowOrder
 from operators._engine.task import output_schema
-from operators._engine.watermark import Watermark, query_watermark, stage_watermarks
+from operators._engine.watermark import query_watermark, stage_watermarks
 from operators._spark.session import without_adaptive_execution
-from operators._spark.sinks import BatchSink, StagedSink, filesystem_of
 from operators._spark.task import (
     META,
     ORDER,
@@ -55,7 +56,14 @@ from operators._spark.task import (
     task_schema,
 )
 from operators.errors import InputError, RunnerError
-from statestore import StoreConfig, current_log_config, fault, get_logger, redact
+from statestore import (
+    StoreConfig,
+    current_log_config,
+    fault,
+    filesystem_for,
+    get_logger,
+    redact,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -154,7 +162,7 @@ class _Driver:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PipelineGraph,
         outputs: Sequence[tuple[Stream, BatchSink]],
         plans: list[StagePlan],
         journal: Journal,
@@ -1119,7 +1127,7 @@ def _console_line(summary: BatchSummary) -> None:
 
 
 def start(
-    pipeline: Pipeline,
+    pipeline: PipelineGraph,
     output: Stream,
     sink: BatchSink,
     checkpoint: str,
@@ -1170,7 +1178,7 @@ def start(
         if not callable(each):
             raise InputError(f"a sink must be callable with (DataFrame, batch id); got {each!r}")
     location = (state_location or checkpoint.rstrip("/") + "/state").rstrip("/")
-    fs, root = filesystem_of(location)
+    fs, root = filesystem_for(location)
     if fs.get_file_info(f"{root}.repartition.json").type.name != "NotFound":
         # Before anything is written: the state may be half moved.
         raise InputError(
@@ -1278,10 +1286,10 @@ def run_operator(
         raise InputError(f"watermarks name input(s) {unknown}; the inputs are 0..{len(frames) - 1}")
     # Before the inputs are read: the watermarks given may not fit the operator.
     operator.check_watermarks(marks)
-    pipeline = Pipeline()
+    pipeline = PipelineGraph()
     streams = [
         pipeline.source(f, f"input{i}", sequence=sequence_column, watermark=marks.get(i))
         for i, f in enumerate(frames)
     ]
     result = pipeline.stage(operator, *streams, keys=keys)
-    return pipeline.start(result, sink, checkpoint, partitions, **options)
+    return start(pipeline, result, sink, checkpoint, partitions, **options)

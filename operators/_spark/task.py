@@ -24,11 +24,11 @@ import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind
 from operators._api.operator import Operator
+from operators._api.sink import StagedSink
 from operators._engine.graph import same_type
 from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._engine.task import BatchRun, output_schema, state_metrics, state_tables
 from operators._engine.watermark import max_event_time
-from operators._spark.sinks import StagedSink
 from operators.errors import InputError, RunnerError
 from statestore import LockHeldError, LogConfig, StateStore, StoreConfig, apply_log_config, fault
 

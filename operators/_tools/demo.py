@@ -47,7 +47,8 @@ import pyarrow.parquet as pq
 
 from encoding import Direction, KeyColumn, NullOrder
 from operators._api.changelog import RowKind
-from operators._engine.graph import Pipeline, Stream
+from operators._engine.graph import Stream
+from operators._spark.pipeline import Pipeline
 from operators._spark.runner import BatchSummary, RelstateQuery
 from operators._spark.session import local_spark
 from operators._spark.sinks import ParquetSink

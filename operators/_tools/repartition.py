@@ -43,9 +43,8 @@ from operators._checkpoint.location import StateLocation, table_schema
 from operators._checkpoint.read import scan_chunks
 from operators._engine.spark_hash import spark_hash, supported
 from operators._engine.task import TIMERS
-from operators._spark.sinks import write_atomically
 from operators.errors import InputError
-from statestore import StateStore, StoreConfig, TableMeta
+from statestore import StateStore, StoreConfig, TableMeta, write_atomically
 
 __all__ = ["RepartitionResult", "repartition"]
 

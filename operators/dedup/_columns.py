@@ -19,7 +19,7 @@ from operators.errors import InputError
 from statestore import StateTable
 
 if TYPE_CHECKING:
-    from operators._engine.watermark import Watermark
+    from operators._api.watermark import Watermark
 
 __all__ = [
     "ExpiryIndex",

@@ -42,7 +42,7 @@ from operators.errors import InputError
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
-    from operators._engine.watermark import Watermark
+    from operators._api.watermark import Watermark
 
 __all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
 

@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
-from operators._engine.graph import Pipeline, Stage
+from operators._engine.graph import PipelineGraph, Stage
 from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._engine.spark_hash import spark_partition
 from operators._engine.task import output_schema
 from operators._engine.watermark import max_event_time, query_watermark, stage_watermarks
 from operators.errors import InputError
-
-if TYPE_CHECKING:
-    from operators.testing import Emitted, OperatorHarness
+from operators.testing._operator import Emitted, OperatorHarness
 
 __all__ = ["PipelineHarness"]
 
@@ -48,13 +46,11 @@ class PipelineHarness:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PipelineGraph,
         partitions: int | Sequence[int],
         backend: str = "memory",
         tie_break: random.Random | None = None,
     ) -> None:
-        from operators.testing import OperatorHarness
-
         if not pipeline.stages:
             raise InputError("a pipeline needs at least one stage")
         counts = (

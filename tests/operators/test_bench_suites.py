@@ -499,7 +499,7 @@ class TestSparkFloor:
         sorts = [
             line.split("Sort [", 1)[1] for line in plans[True].splitlines() if "Sort [" in line
         ]
-        sequence, _ = RowOrder(sides=False, kinds=True).spark_order()
+        sequence, _ = versus.spark_order(RowOrder(sides=False, kinds=True))
         assert len(sorts) == 2
         # The plan prints the retractions-first expression in its own way.
         assert sorts[1].startswith(sequence) and "IN (-U,-D) THEN 0 ELSE 1 END" in sorts[1]

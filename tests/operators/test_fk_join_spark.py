@@ -13,7 +13,7 @@ import pytest
 from fk_driver import FkDriver
 
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
-from operators._fk_join.join import prepared
+from operators._spark.pipeline import prepared
 from operators._spark.runner import job_group
 from operators._tools.repartition import repartition
 from statestore._faults import arm, inject

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from bench.versus import spark_order
 from operators._engine import row_order as _row_order
 from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
 
@@ -188,7 +189,7 @@ def test_spark_sorting_by_the_orders_expressions_gives_the_same_keys(
     rows = partition(400, seed=5)
     frame = spark.createDataFrame(rows.to_pandas().astype({SEQ: "Int64"})).coalesce(1)
     with without_adaptive_execution(spark):
-        by_spark = frame.sortWithinPartitions(*map(F.expr, order.spark_order())).toPandas()
+        by_spark = frame.sortWithinPartitions(*map(F.expr, spark_order(order))).toPandas()
     places = ordered(rows, order, _row_order.SORT_BYTES).column("at").to_pylist()
     by_task = rows.to_pandas().set_index("at").loc[places].reset_index()
 
