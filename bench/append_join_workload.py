@@ -209,7 +209,7 @@ def run_relstate(
         trigger={"availableNow": True},
     )
     query.awaitTermination()
-    return time.perf_counter() - started, query.history
+    return time.perf_counter() - started, [dict(h) for h in query.history]
 
 
 def run_spark_floor(

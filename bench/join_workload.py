@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from encoding import Row
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
 from operators.join import JoinType, StreamingJoin
 from operators.testing import OperatorHarness
@@ -34,7 +35,6 @@ SIDE = pa.schema(
 
 #: One micro-batch: runs of rows of one side, in order.
 MicroBatch = list[tuple[int, pa.RecordBatch]]
-Row = tuple[Any, ...]
 
 
 def changelog(rows: int, batches: int = 5, run: int = 1_000, seed: int = 0) -> list[MicroBatch]:

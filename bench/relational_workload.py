@@ -185,7 +185,7 @@ class Sides:
         )
         query.awaitTermination()
         seconds = time.perf_counter() - began
-        history = [dict(h) for h in query.history]
+        history: list[dict[str, Any]] = [dict(h) for h in query.history]
         if not any(int(h["metrics"].get("numOutputRows", 0)) for h in history):
             return Timed(seconds, {}, "", history)
         counts = self.spark.read.parquet(str(work / "output")).groupBy(ROW_KIND).count()

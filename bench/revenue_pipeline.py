@@ -18,12 +18,12 @@ import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND
 from operators._api.operator import Operator
-from operators._api.sink import BatchSink
 from operators._engine.graph import Stream
 from operators._spark.pipeline import Pipeline
 from operators._spark.runner import QueryOptions, RelstateQuery, run_operator
 from operators._tools.demo import join_orders, read_batches, revenue_by, write_batches
 from operators.aggregate import GroupAggregate
+from operators.typing import BatchSink
 
 __all__ = [
     "CUSTOMERS",

@@ -7,7 +7,6 @@ are modules of their own. Importing this package does not import PySpark:
 
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._api.sink import BatchSink
 from operators._api.watermark import Watermark
 from operators._engine.graph import Stream
 from operators._fk_join.join import FkJoin
@@ -22,6 +21,7 @@ from operators._spark.runner import (
 from operators._spark.session import register_sources
 from operators._spark.sinks import ParquetSink
 from operators.errors import InputError, RunnerError
+from operators.typing import BatchSink
 
 __all__ = [
     "ROW_KIND",

@@ -194,7 +194,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from operators._checkpoint.location import StateLocation
     from operators._tools.inspect import describe, rows
     from operators.errors import InputError
-    from statestore import StateStoreError
+    from statestore import RelstateError
 
     # relstate's log events go to stderr, warnings and errors only unless
     # RELSTATE_LOG asks for more (statestore._log): stdout is the command's.
@@ -205,7 +205,7 @@ def _inspect(args: argparse.Namespace) -> int:
         else:
             text = rows(location, args.operator, args.table, args.batch, args.limit, args.partition)
             print(text, end="")
-    except (InputError, StateStoreError) as exc:
+    except (InputError, RelstateError) as exc:
         print(f"relstate inspect: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -214,14 +214,14 @@ def _inspect(args: argparse.Namespace) -> int:
 def _repartition(args: argparse.Namespace) -> int:
     from operators._tools.repartition import repartition
     from operators.errors import InputError
-    from statestore import StateStoreError
+    from statestore import RelstateError
 
     def progress(message: str) -> None:
         print(f"relstate repartition: {message}", file=sys.stderr, flush=True)
 
     try:
         result = repartition(args.checkpoint, args.partitions, progress=progress, force=args.force)
-    except (InputError, StateStoreError) as exc:
+    except (InputError, RelstateError) as exc:
         print(f"relstate repartition: {exc}", file=sys.stderr)
         return 2
     print(

@@ -22,6 +22,7 @@ from statestore._memtable import KeyOp, MemTable, OpKind
 from statestore._metadata import TableMeta
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
+from statestore._store_tables import StoreTables
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
 from statestore._transfer import read_changelogs
 from statestore._typing import KVBackend, WriteOp
@@ -38,6 +39,7 @@ from statestore.errors import (
     InvalidVersionError,
     LockHeldError,
     LogConfigError,
+    RelstateError,
     StateStoreError,
     StoreStateError,
     VersionNotFoundError,
@@ -70,6 +72,7 @@ __all__ = [
     "MemoryStateStore",
     "OpKind",
     "PartitionCheckpoint",
+    "RelstateError",
     "RocksDBBackend",
     "RocksDBConfig",
     "StateStore",
@@ -77,6 +80,7 @@ __all__ = [
     "StateTable",
     "StoreConfig",
     "StoreStateError",
+    "StoreTables",
     "TableMeta",
     "TableMetrics",
     "VersionNotFoundError",

@@ -24,9 +24,9 @@ LAYERS: list[list[str]] = [
     ["encoding"],
     ["statestore"],
     ["operators.errors"],
-    # The operator API, and the contract types a user writes against.
-    ["operators._api"],
+    # The contract types a user writes against, then the operator API.
     ["operators.typing"],
+    ["operators._api"],
     # The built-in operators: each imports the operator API only.
     ["operators.join", "operators.dedup", "operators.aggregate", "operators.topn"],
     ["operators.examples"],

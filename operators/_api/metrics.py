@@ -1,7 +1,8 @@
-"""The joins' metric names: one scheme for the changelog and the append
-join. A side's counters are Spark's state-operator names behind the side's
-name and a dot (``left.numTotalStateRows``); counters of the join as a whole
-are Spark-style names alone. docs/operators/join.md, "Metrics", says what
+"""Operators' metric names, each defined once: the joins' (one scheme for
+the changelog and the append join) and those other operators share. A
+side's counters are Spark's state-operator names behind the side's name and
+a dot (``left.numTotalStateRows``); counters of the join as a whole are
+Spark-style names alone. docs/operators/join.md, "Metrics", says what
 each counts."""
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ EXPIRED = "numExpiredStateRows"
 EVICTED = "numRowsEvictedByWatermark"
 #: Late input rows of the side, dropped (append mode).
 LATE = "numRowsDroppedByWatermark"
-#: Retractions of rows the side does not hold (changelog mode).
+#: Retractions of rows the side (or the operator, or a group) does not hold
+#: (changelog mode).
 UNKNOWN_RETRACTIONS = "numRetractionsOfUnknownRows"
 #: Joined pairs emitted (append mode; the join as a whole).
 MATCHED = "numMatchedRows"

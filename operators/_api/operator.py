@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from encoding import TableSchema
 from operators._api.changelog import RowKind, row_kinds
+from operators.typing import Logger
 from statestore import ConsistencyMode, StateTable
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class OperatorContext(abc.ABC):
     processing_time: int
     #: Counters the operator adds to; summed over partitions per batch.
     metrics: dict[str, int]
-    log: Any
+    log: Logger
 
     @abc.abstractmethod
     def table(self, name: str) -> StateTable:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import key_equal_values
+from encoding import Row, key_equal_values
 from operators._api.changelog import ROW_KIND, RowKind, kinds_in
 from operators.errors import InputError
 from statestore import StateTable
@@ -29,7 +29,6 @@ __all__ = [
     "unheld",
 ]
 
-Row = tuple[Any, ...]
 
 #: The one NaN that key tuples hold: Python compares NaN unequal to itself,
 #: but a dict finds the same object, and the key bytes of every NaN are one.

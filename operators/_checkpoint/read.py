@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators._checkpoint.location import StateLocation, table_schema
-from operators.errors import InputError, RepartitionedError, StateStoreError
+from operators.errors import InputError, RelstateError, RepartitionedError
 from statestore import Manifest, StateStore, StoreConfig, TableMeta, read_changelogs
 
 __all__ = [
@@ -325,7 +325,7 @@ def metadata(location: StateLocation, batch_id: int | None = None) -> pa.Table:
             kept = location.kept_batches(operator, partition)
             try:
                 manifest = location.commit(operator, partition, batch_id)
-            except StateStoreError as exc:
+            except RelstateError as exc:
                 rows.append(_unread(operator, partition, batch_id, kept, str(exc)))
                 continue
             if manifest is None:

@@ -10,10 +10,8 @@ retractions (``-U``, ``-D``) before accumulations, so that an update's
 rows equal in all of that keep the order they came in.
 
 Spark could sort the partition (``sortWithinPartitions``) before the task
-reads it, and did: the FK join took 626, 818 and 716 ms a change batch so,
-against 553, 603 and 569 ms with the task sorting (measured: three
-processes a side, alternating, each the median of 16 batches). The task
-sorts instead, in Arrow, and bounds its memory as Spark's sort does: a
+reads it; the task sorts instead, in Arrow, which costs a batch less than
+Spark's sort in the JVM (docs/runner.md), and bounds its memory as Spark's sort does: a
 partition of up to :data:`SORT_BYTES` of Arrow input is sorted in memory;
 past that, the task writes each :data:`SORT_BYTES` of it to local disk (the
 executor's, where Spark spills) as a sorted run, and merges the runs

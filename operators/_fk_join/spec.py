@@ -24,8 +24,9 @@ from typing import Any
 import pyarrow as pa
 
 from operators.errors import InputError
+from operators.typing import Joiner
 
-__all__ = ["FK", "HASH", "RESPONSE_SEQUENCE", "FkJoinSpec", "Joiner", "left_row_hash"]
+__all__ = ["FK", "HASH", "RESPONSE_SEQUENCE", "FkJoinSpec", "left_row_hash"]
 
 #: The left row's foreign key (a column of the left changelog the stages take)
 #: and the hash of the row (computed by each stage from the row).
@@ -34,8 +35,6 @@ HASH = "__hash"
 #: The subscription stage's output column that orders its responses.
 RESPONSE_SEQUENCE = "__seq"
 
-#: ``(left_row, right_row or None) -> output row``.
-Joiner = Callable[[tuple[Any, ...], tuple[Any, ...] | None], Sequence[Any]]
 _HOW = ("inner", "left")
 
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Unpack
 
 import pyarrow as pa
 
-from operators._api.sink import BatchSink
 from operators._engine.graph import PipelineGraph, Stream
 from operators._fk_join.join import FkJoin
 from operators._fk_join.spec import FK, FkJoinSpec
 from operators._spark.runner import QueryOptions, RelstateQuery, start
+from operators.typing import BatchSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

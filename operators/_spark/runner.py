@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 import weakref
-from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
@@ -36,26 +36,29 @@ import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind
 from operators._api.operator import Operator
-from operators._api.sink import BatchSink, StagedSink
 from operators._api.watermark import Watermark
 from operators._checkpoint.journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._engine.graph import PipelineGraph, Stream
-from operators._engine.row_order import SEQ, SIDE, RowOrder
 from operators._engine.task import output_schema
 from operators._engine.watermark import query_watermark, stage_watermarks
+from operators._spark.plan import (
+    SOURCE,
+    InputPlan,
+    QueryPlan,
+    quoted,
+    source_column,
+)
 from operators._spark.session import without_adaptive_execution
 from operators._spark.task import (
     META,
     ORDER,
-    PASS,
     StagePlan,
     TaskBatch,
-    passed_column,
     run_task,
-    tagged,
     task_schema,
 )
 from operators.errors import InputError, RunnerError
+from operators.typing import BatchSink, BatchSummary, Progress, StagedSink
 from statestore import (
     StoreConfig,
     current_log_config,
@@ -92,12 +95,7 @@ SPARK_METRICS = (
     "commitTimeMs",
     "memoryUsedBytes",
 )
-_SOURCE = "__source"
 _TRIGGERS = ("processingTime", "once", "availableNow")
-
-#: What a query's progress callback gets after each batch.
-BatchSummary = dict[str, Any]
-Progress = Callable[[BatchSummary], None]
 
 
 class QueryOptions(TypedDict, total=False):
@@ -121,15 +119,6 @@ class QueryOptions(TypedDict, total=False):
     query_name: str | None
     state_location: str | None
     progress: Progress | None
-
-
-def _source_column(source: int, name: str) -> str:
-    return f"q{source}__{name}"
-
-
-def _quoted(name: str) -> str:
-    """``name`` as an identifier in a Spark SQL expression."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 # -- the driver -------------------------------------------------------------------------
@@ -183,11 +172,10 @@ class _Driver:
         self.delays = pipeline.watermark_delays()
         self.stage_inputs = pipeline.watermark_inputs()
         self.log = get_logger(__name__, stages=[p.operator.name for p in plans])
-        #: Each stage that runs in a later stage's job, with that stage.
-        self.fused = self._fused()
-        #: Each fused stage whose tasks pass a source's rows on to the stage
-        #: that reads it: its side of that source, and the reader's.
-        self.passing = self._passing()
+        #: Which stages run in which job, and the plan of each stage's input.
+        self.layout = QueryPlan(pipeline, {stream.index for stream, _ in self.outputs})
+        self.fused = self.layout.fused
+        self.passing = self.layout.passing
         for index, (side, _) in self.passing.items():
             schema = pipeline.stages[index].inputs[side].stream.schema
             self.plans[index] = replace(self.plans[index], passes_on=(side, schema))
@@ -196,8 +184,8 @@ class _Driver:
         #: How each stage's input frame is made from its sides' frames.
         self.inputs: list[_StageInput] = []
         for index in range(len(plans)):
-            shape, order = self._input_shape(index)
-            self.inputs.append(shape)
+            selected, order = self.layout.stage_input(index)
+            self.inputs.append(_StageInput(selected, self.plans[index].partitions))
             self.plans[index] = replace(self.plans[index], order=order)
         #: The winner records of the last batch this driver recorded, written
         #: in a thread of their own while Spark ends that batch and starts the
@@ -206,9 +194,8 @@ class _Driver:
         self.winner_writer = ThreadPoolExecutor(1, thread_name_prefix="relstate-winners")
         #: The thread that plans a batch's later stages (:meth:`_run_stages`),
         #: the driver's own: Py4J gives each Python thread a connection to
-        #: the JVM, and a thread of each batch's own cost a new connection
-        #: (and a new JVM thread) every batch: 2.7 ms at the FK join's point
-        #: (cProfile, 11 batches).
+        #: the JVM, and a thread of each batch's own would cost a new
+        #: connection (and a new JVM thread) every batch.
         self.planner = ThreadPoolExecutor(1, thread_name_prefix="relstate-plan")
         self.winner_lock = threading.Lock()
 
@@ -276,8 +263,7 @@ class _Driver:
         before this one runs. Nothing but a reader of the checkpoint reads
         them (the tasks load the winners the driver hands them), so they
         are written in a thread while Spark ends a batch and starts the
-        next, off the batch's path (12 ms a batch at the FK join's and the
-        dedup suite's points, measured). A write that failed there is tried
+        next, off the batch's path. A write that failed there is tried
         once more here, and its error then stops this batch. In this run's
         first batch they are written again (a write of the same winner is a
         no-op): a driver that died after recording its last batch may have
@@ -295,7 +281,7 @@ class _Driver:
             )
             self.journal.record_winners(previous)
 
-    def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
+    def operator_progress(self, batch_id: int) -> list[dict[str, Any]]:
         """Each stage's metrics of batch ``batch_id`` as Spark reports a
         stateful operator's (empty if this driver did not run it)."""
         for summary in reversed(self.history):
@@ -340,14 +326,12 @@ class _Driver:
         jobs: dict[int, set[int]] = defaultdict(set)
         for index, stage in enumerate(stages):
             for source in (i.stream.index for i in stage.inputs if not i.stream.is_stage):
-                jobs[source].add(self._job_of(index))
+                jobs[source].add(self.layout.job_of(index))
         if any(len(j) > 1 for j in jobs.values()):
             # A source is read by several jobs: read the batch once. Sides in
             # one job read it twice, as Spark's own plans read a source they
             # name twice, which costs that job less than caching it does
-            # (measured, the FK join's two stages in one job: 0.59 against
-            # 0.65 and 0.83 against 1.00 s a batch, medians of 15 batches,
-            # alternating).
+            # (docs/runner.md).
             staged.batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
             staged.cached.append(staged.batch)
         context = batch.sparkSession.sparkContext
@@ -410,74 +394,6 @@ class _Driver:
             for frame in reversed(staged.cached):
                 frame.unpersist()
         return metas, int(in_jobs * 1000)
-
-    def _fused(self) -> dict[int, int]:
-        """The stages whose rows, metadata rows included, go on into their
-        one reader's job instead of a job of their own, each with that
-        reader: each read by one side of the stage right after it, and
-        handed to no sink. Their rows are then neither cached nor collected
-        between two jobs. A job's stages are then the stages since the last
-        job, the order :meth:`_run_stages` runs them in."""
-        outputs = {stream.index for stream, _ in self.outputs}
-        sides = [
-            (i.stream.index, reader)
-            for reader, s in enumerate(self.pipeline.stages)
-            for i in s.inputs
-            if i.stream.is_stage
-        ]
-        readers = Counter(index for index, _ in sides)
-        # Only the stage before it can run in a reader's job, so a reader runs
-        # at most one fused side, whose tasks take the first partitions of its
-        # input (see _side_rows).
-        return {
-            index: reader
-            for index, reader in sides
-            if readers[index] == 1 and index not in outputs and reader == index + 1
-        }
-
-    def _passing(self) -> dict[int, tuple[int, int]]:
-        """The fused stages whose tasks pass on the rows of a source they
-        read, for their reader: each with its side of the source and the
-        reader's. The reader then reads no batch: its job's last shuffle
-        takes one frame, that stage's rows, where it took their union with
-        the batch's rows of the source, which the job read a second time:
-        a second wave of tasks in the job's middle Spark stage (four tasks
-        for two cores). Measured at the FK join's fixed-cost point (a left
-        join, 100k left rows, 220 changes a batch; six processes a side,
-        alternating in three groups of four, each process's median of 16
-        change batches; load 2.3 to 3.3): 664 against 717 ms a batch
-        (medians of the processes), 1.72 against 1.92 Spark-alone floors of
-        the same processes; in every group both processes that pass rows
-        on read below both that do not.
-
-        A stage passes rows on when its inputs are several sources, each
-        read once (one projection of the batch, see :func:`_side_rows`),
-        and its reader has two inputs: its rows and one of those sources,
-        under the same schema."""
-        passing = {}
-        for index, reader in self.fused.items():
-            stage, after = self.pipeline.stages[index], self.pipeline.stages[reader]
-            sources = [i.stream.index for i in stage.inputs if not i.stream.is_stage]
-            if len(stage.inputs) < 2 or len(set(sources)) != len(stage.inputs):
-                continue  # an earlier stage's rows, or a source read twice
-            own = [k for k, i in enumerate(after.inputs) if not i.stream.is_stage]
-            if len(after.inputs) != 2 or len(own) != 1:
-                continue
-            source = after.inputs[own[0]].stream
-            if source.index not in sources:
-                continue
-            side = sources.index(source.index)
-            if stage.inputs[side].stream.schema != source.schema:
-                continue
-            passing[index] = (side, own[0])
-        return passing
-
-    def _job_of(self, index: int) -> int:
-        """The stage whose job runs stage ``index``: the last of its chain
-        of fused readers."""
-        while index in self.fused:
-            index = self.fused[index]
-        return index
 
     def _committed(
         self, result: DataFrame, batch_id: int, stages: list[int]
@@ -564,10 +480,8 @@ class _Driver:
         comes with the job). PySpark's ``DataFrame.mapInArrow`` makes the UDF
         again for every call (the function pickled, its environment
         converted) and resolves each column of the frame, a round trip to
-        the JVM each: about 54 round trips a stage. Planning the FK join's
-        two stages, all before the batch's one job, took 233 round trips and
-        134 ms a batch so, and 127 and 76 ms with the UDF made once
-        (separate runs, medians of 10 batches, load about 3).
+        the JVM each, tens of them a stage, all before the batch's job
+        starts: made once, they are not paid again each batch.
 
         What PySpark reads when it makes a UDF (the Python includes added
         with ``addPyFile``, the profiler settings) is therefore read in the
@@ -586,112 +500,17 @@ class _Driver:
                 returnType=from_arrow_schema(task_schema(plan)),
                 functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
             )
-            task = self.udfs[index] = udf(*[F.col(_quoted(c)) for c in frame.columns])
+            task = self.udfs[index] = udf(*[F.col(quoted(c)) for c in frame.columns])
         return task
 
     def _stage_input(
         self, index: int, batch: DataFrame, results: dict[int, DataFrame]
     ) -> DataFrame:
         """The rows of every input of stage ``index`` in this batch, as its
-        tasks take them (:meth:`_input_shape`)."""
+        tasks take them (:meth:`QueryPlan.stage_input`)."""
         inputs = self.pipeline.stages[index].inputs
         frames = [results[i.stream.index] if i.stream.is_stage else batch for i in inputs]
         return self.inputs[index].frame(frames)
-
-    def _input_shape(self, index: int) -> tuple[_StageInput, RowOrder | None]:
-        """How stage ``index``'s input frame is made from its sides' frames,
-        and how its tasks order the frame's rows (``None``: as they come):
-        the rows of every input, under the stage's side names, repartitioned
-        by the key; with ``__side`` when the stage has several inputs,
-        ``row_kind`` when one of them is a changelog (a task takes a row
-        without it as an insert), and ``__seq`` when the stage is ordered
-        (its tasks order the rows by it, :mod:`operators._engine.row_order`).
-
-        The frame carries nothing else into the stage's Python tasks: every
-        column of it is converted to Arrow and handed over, row by row in the
-        JVM, so a constant row kind, copies of the key columns and a null
-        sequence of an unordered stage cost a 400k-row batch a third of its
-        transfer (measured: 946 against 683 ms, median of 9). Rows are
-        partitioned on the side's own key columns, and with several inputs
-        on ``coalesce`` of theirs (each side's columns are null in the
-        other's rows), which hashes as the key's value.
-
-        The plan is written as SQL expression strings: Spark analyses the
-        whole plan again at every DataFrame call, and every ``Column`` object
-        is a call into the JVM of its own, so one ``where`` and one
-        ``selectExpr`` per input cost a batch less than half of what the same
-        plan built from ``Column`` objects did (measured in a ``foreachBatch``:
-        40 against 93 ms, median of 12 batches)."""
-        stage = self.pipeline.stages[index]
-        plan = self.plans[index]
-        orders = self.pipeline.sequenced(stage)
-        ordered = any(o is not None for o in orders) or any(i.stream.is_stage for i in stage.inputs)
-        kinds = any(
-            i.stream.is_stage or self.pipeline.sources[i.stream.index].changelog
-            for i in stage.inputs
-        )
-        several = len(stage.inputs) > 1
-        # The side whose rows the fused stage before this one passes on.
-        passed = next((k for i, (_, k) in self.passing.items() if self.fused[i] == index), None)
-        sides: list[_SideRows] = []
-        keys: list[list[str]] = []
-        for side, (inp, order) in enumerate(zip(stage.inputs, orders, strict=True)):
-            stream = inp.stream
-            columns = plan.side_columns[side]
-            # A stage run in this job: its metadata rows come along, to be handed on.
-            fused = stream.is_stage and stream.index in self.fused
-            named: Callable[[str], str]
-            if stream.is_stage:
-                conditions = [] if fused else [f"{META} IS NULL"]
-                named = str
-                sequence = _quoted(order) if order else ORDER
-            elif side == passed:
-                # Its rows come with the fused stage's, which took them
-                # under this side's conditions (_passed_on).
-                conditions = []
-                named = partial(_passed_name, columns)
-                sequence = _quoted(named(order)) if order else "NULL"
-            else:
-                conditions = []
-                named = partial(_source_column, stream.index)
-                sequence = _quoted(named(order)) if order else "NULL"
-            if inp.drop_null_keys and side != passed:
-                keyed = _keyed(inp.keys, named)
-                # Metadata rows hold no key, and go on all the same.
-                conditions.append(f"({META} IS NOT NULL OR {keyed})" if fused else keyed)
-            keys.append([tagged(side, columns.index(k)) for k in inp.keys])
-            selected = [f"{_quoted(named(n))} AS {tagged(side, i)}" for i, n in enumerate(columns)]
-            sides.append(
-                _SideRows(
-                    None if stream.is_stage else stream.index,
-                    conditions,
-                    [*selected, META] if fused else selected,
-                    sequence,
-                    fused,
-                )
-            )
-        sources = len(self.pipeline.sources)
-        if index in self.passing:
-            parts = [_projected(sides, kinds, ordered, sources, self._passed_on(index))]
-        elif passed is not None:
-            parts = [_through(sides, kinds, ordered)]
-        else:
-            parts = _side_rows(sides, kinds, ordered, sources)
-        # Keyless (no key columns): one partition, every row in it, as
-        # Spark's global aggregate gathers its input into one task.
-        by = [f"coalesce({', '.join(k)})" for k in zip(*keys, strict=True)] if several else keys[0]
-        row_order = RowOrder(stage.sides_in_turn and several, kinds) if ordered else None
-        return _StageInput(parts, by, plan.partitions), row_order
-
-    def _passed_on(self, index: int) -> tuple[int, _SideRows]:
-        """What fused stage ``index`` passes on: its side of the source, and
-        the rows of the source its reader takes (as a side of the batch
-        whose conditions are on the source's columns)."""
-        side, theirs = self.passing[index]
-        inp = self.pipeline.stages[self.fused[index]].inputs[theirs]
-        source = inp.stream.index
-        conditions = [_keyed(inp.keys, partial(_source_column, source))]
-        return side, _SideRows(source, conditions if inp.drop_null_keys else [], [], "NULL")
 
     def _record(
         self,
@@ -744,178 +563,25 @@ def stage_progress(progress: Any) -> list[dict[str, Any]]:
     driver = _DRIVERS.get(str(progress.id))
     if driver is None:
         return []
-    return driver.stage_progress(int(progress.batchId))
-
-
-def _passed_name(columns: list[str], name: str) -> str:
-    """Column ``name`` of a side whose rows a fused stage passed on (of
-    ``columns``), as that stage's rows hold it."""
-    return passed_column(columns.index(name))
-
-
-def _keyed(keys: Sequence[str], named: Callable[[str], str]) -> str:
-    """The condition that none of a side's ``keys`` is null, each column
-    ``named`` as the frame holds it."""
-    return " AND ".join(f"{_quoted(named(k))} IS NOT NULL" for k in keys)
-
-
-@dataclass(frozen=True)
-class _SideRows:
-    """One side of a stage's input, before it is partitioned: which source
-    its rows are (``None``: an earlier stage's), which of its rows it takes
-    besides (``conditions``), its columns under the side's tagged names, and
-    its sequence expression."""
-
-    source: int | None
-    conditions: list[str]
-    columns: list[str]
-    sequence: str
-    #: The rows of a stage that runs in this stage's job (its tasks' rows).
-    fused: bool = False
-
-
-@dataclass(frozen=True)
-class _Part:
-    """One selection of a stage's input rows: from the frame of side
-    ``side``, the rows that meet ``condition`` (``None``: all), as
-    ``columns`` (SQL expressions); a stage's input is its parts' union."""
-
-    side: int
-    condition: str | None
-    columns: list[str]
-
-
-def _side_rows(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> list[_Part]:
-    """The rows of every side of a stage (the batch has ``sources``
-    sources), each under its tagged columns, with ``row_kind`` (when
-    ``kinds``), ``__side`` (with several sides) and the sequence (when
-    ``ordered``).
-
-    Sides that are each another source of the batch are one projection of
-    the batch: a source's row holds nulls in every other source's columns,
-    so a side's tagged columns are null in the other sides' rows, as a union
-    would leave them. One ``where`` and one ``selectExpr`` then stand for a
-    ``where``, a ``selectExpr`` and a union per side, and the stage's first
-    Spark stage runs one task per batch partition instead of one per side
-    and partition (measured, the FK join's two stages at 100k left rows and
-    2,200 changes a batch: 0.69 against 0.77 s a batch, medians of 20
-    batches, alternating). Other sides (an earlier stage's rows, a source
-    read by two sides) are selected each and unioned, a fused stage's side
-    first: a union numbers its partitions in the order of its inputs, so
-    that stage's tasks, run in this union's partitions, keep their own
-    partition numbers."""
-    by_source = [s.source for s in sides]
-    if len(sides) > 1 and None not in by_source and len(set(by_source)) == len(sides):
-        return [_projected(sides, kinds, ordered, sources)]
-    return _unioned(sides, kinds, ordered, sources)
-
-
-def _taken(side: _SideRows, sources: int) -> list[str]:
-    """The conditions of the rows a side takes from its frame."""
-    # With one source every row of the batch is the source's.
-    mine = [f"{_SOURCE} = {side.source}"] if side.source is not None and sources > 1 else []
-    return mine + side.conditions
-
-
-def _projected(
-    sides: list[_SideRows],
-    kinds: bool,
-    ordered: bool,
-    sources: int,
-    passing: tuple[int, _SideRows] | None = None,
-) -> _Part:
-    """Sides that are each another source, as one projection of the batch.
-    With ``passing`` (a side, and the rows of its source that the stage's
-    tasks pass on), those rows too, marked ``__pass``; a row taken only to
-    be passed on is no side's (``__side`` null)."""
-    if sources == len(sides) and not any(s.conditions for s in sides):
-        condition = None  # every row of the batch is one side's
-    else:
-        condition = " OR ".join("(" + " AND ".join(_taken(s, sources)) + ")" for s in sides)
-    whens = []
-    for i, s in enumerate(sides):
-        side_of = str(i)
-        if passing is not None and passing[0] == i and s.conditions:
-            side_of = f"CASE WHEN {' AND '.join(s.conditions)} THEN {i} END"
-        whens.append(f"WHEN {s.source} THEN {side_of}")
-    sequence = " ".join(f"WHEN {s.source} THEN {s.sequence}" for s in sides)
-    marked = []
-    if passing is not None:
-        taken = " AND ".join(_taken(passing[1], sources))
-        condition = None if condition is None else f"{condition} OR ({taken})"
-        marked.append(f"{taken} AS {PASS}")
-    return _Part(
-        0,
-        condition,
-        [
-            *[c for s in sides for c in s.columns],
-            *([ROW_KIND] if kinds else []),
-            f"CASE {_SOURCE} {' '.join(whens)} END AS {SIDE}",
-            *([f"CAST(CASE {_SOURCE} {sequence} END AS BIGINT) AS {SEQ}"] if ordered else []),
-            *marked,
-        ],
-    )
-
-
-def _through(sides: list[_SideRows], kinds: bool, ordered: bool) -> _Part:
-    """The two sides of a stage whose fused side's stage passed the other
-    side's rows on: one selection of that stage's rows, the rows passed on
-    (``__pass``) as the other side's."""
-    fused = next(i for i, s in enumerate(sides) if s.fused)
-    own, theirs = sides[fused], sides[1 - fused]
-    condition = None
-    if own.conditions:
-        condition = f"{PASS} OR (" + " AND ".join(own.conditions) + ")"
-    sequence = f"CASE WHEN {PASS} THEN {theirs.sequence} ELSE {own.sequence} END"
-    return _Part(
-        fused,
-        condition,
-        [
-            *own.columns,
-            *theirs.columns,
-            *([ROW_KIND] if kinds else []),
-            f"CASE WHEN {PASS} THEN {1 - fused} ELSE {fused} END AS {SIDE}",
-            *([f"CAST({sequence} AS BIGINT) AS {SEQ}"] if ordered else []),
-        ],
-    )
-
-
-def _unioned(sides: list[_SideRows], kinds: bool, ordered: bool, sources: int) -> list[_Part]:
-    """Any sides, each selected from its frame, to be unioned by name."""
-    several = len(sides) > 1
-    return [
-        _Part(
-            index,
-            " AND ".join(_taken(s, sources)) or None,
-            [
-                *s.columns,
-                *([ROW_KIND] if kinds else []),
-                *([f"{index} AS {SIDE}"] if several else []),
-                *([f"CAST({s.sequence} AS BIGINT) AS {SEQ}"] if ordered else []),
-            ],
-        )
-        for index, s in sorted(enumerate(sides), key=lambda p: not p[1].fused)
-    ]
+    return driver.operator_progress(int(progress.batchId))
 
 
 class _StageInput:
     """How a stage's input frame is made from its sides' frames, the same in
-    every batch: its parts (:func:`_side_rows`) unioned by name and
+    every batch: its parts (:func:`selections`) unioned by name and
     repartitioned into ``partitions`` by ``by`` (SQL expressions all). Spark
     does not order the rows: a stage's tasks do, where it is ordered
     (:mod:`operators._engine.row_order`).
 
     The frame is built with the JVM's ``Dataset`` calls, from lists of
     expressions made in the query's first batch: PySpark's ``selectExpr``
-    and ``repartition`` convert their lists into
-    the JVM again at every call, a round trip per element. The FK join's
-    two stages took 127 round trips and 76 ms of planning a batch that way,
-    and take 14 and 64 ms this way (separate runs, medians of 10 batches,
-    load about 3): what is left is Spark analysing the plan at each call."""
+    and ``repartition`` convert their lists into the JVM again at every
+    call, a round trip per element; made once, what is left of a batch's
+    planning is Spark analysing the plan at each call."""
 
-    def __init__(self, parts: list[_Part], by: list[str], partitions: int) -> None:
-        self.parts = parts
-        self.by = by
+    def __init__(self, plan: InputPlan, partitions: int) -> None:
+        self.parts = plan.parts
+        self.by = plan.by
         self.partitions = partitions
         #: The JVM's lists of the expressions above, made in the first batch.
         self._java: tuple[list[Any], Any] | None = None
@@ -1037,7 +703,7 @@ class RelstateQuery:
     def stage_progress(self, batch_id: int) -> list[dict[str, Any]]:
         """Each stage's state metrics of batch ``batch_id`` (if this run
         finished it) in the shape of Spark's ``StateOperatorProgress``."""
-        return self._driver.stage_progress(batch_id)
+        return self._driver.operator_progress(batch_id)
 
     def _with_stages(self, progress: Any) -> dict[str, Any]:
         data = dict(progress) if isinstance(progress, Mapping) else json.loads(progress.json)
@@ -1223,9 +889,9 @@ def start(
         kind = F.col(ROW_KIND) if source.changelog else F.lit(RowKind.INSERT.value)
         frames.append(
             frame.select(
-                *[F.col(_quoted(n)).alias(_source_column(index, n)) for n in source.schema.names],
+                *[F.col(quoted(n)).alias(source_column(index, n)) for n in source.schema.names],
                 kind.alias(ROW_KIND),
-                F.lit(index).alias(_SOURCE),
+                F.lit(index).alias(SOURCE),
             )
         )
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)

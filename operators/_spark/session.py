@@ -63,7 +63,7 @@ def without_adaptive_execution(session: SparkSession) -> Iterator[None]:
     run, and as it was after. Each stage is one shuffle into ``mapInArrow``
     with a fixed partition count, which adaptive execution cannot improve; it
     would only run the shuffle as a job of its own and plan the rest again
-    (a second job per stage, about 40 ms each, measured), also for a stage
+    (a second job per stage), also for a stage
     output cached for the next stage. ``foreachBatch`` calls run one at a
     time on the query's own session, so nothing else sees the change."""
     key = "spark.sql.adaptive.enabled"

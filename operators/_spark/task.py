@@ -24,12 +24,12 @@ import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind
 from operators._api.operator import Operator
-from operators._api.sink import StagedSink
 from operators._engine.graph import same_type
 from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._engine.task import BatchRun, output_schema, state_metrics, state_tables
 from operators._engine.watermark import max_event_time
 from operators.errors import InputError, RunnerError
+from operators.typing import StagedSink
 from statestore import LockHeldError, LogConfig, StateStore, StoreConfig, apply_log_config, fault
 
 __all__ = [
@@ -181,7 +181,7 @@ def run_task(
         if partition >= plan.partitions:
             # A stage run in a later stage's job takes the first partitions
             # of the union that job's input is (the runner puts its side
-            # first, _unioned); past them, this task would be no partition of
+            # first, one_per_side); past them, this task would be no partition of
             # the stage. A side put later would give tasks of other partitions'
             # numbers, which no check here can tell.
             raise RunnerError(

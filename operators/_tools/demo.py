@@ -49,13 +49,14 @@ from encoding import Direction, KeyColumn, NullOrder
 from operators._api.changelog import RowKind
 from operators._engine.graph import Stream
 from operators._spark.pipeline import Pipeline
-from operators._spark.runner import BatchSummary, RelstateQuery
+from operators._spark.runner import RelstateQuery
 from operators._spark.session import local_spark
 from operators._spark.sinks import ParquetSink
 from operators.aggregate import Aggregate, GroupAggregate
 from operators.errors import InputError, RunnerError
 from operators.join import StreamingJoin
 from operators.topn import TopN
+from operators.typing import BatchSummary
 from statestore import FAULT_ENV_VAR, redact
 
 __all__ = [

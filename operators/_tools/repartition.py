@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from encoding import PartitionLocal
+from encoding import PartitionLocal, Row
 from operators._checkpoint.journal import Journal, QueryShape
 from operators._checkpoint.location import StateLocation, table_schema
 from operators._checkpoint.read import scan_chunks
@@ -50,8 +50,6 @@ __all__ = ["RepartitionResult", "repartition"]
 
 #: The steps of the swap, in order; the journal names the last one done.
 _STAGED, _KEPT, _CLEARED, _INSTALLED = "staged", "kept", "cleared", "installed"
-
-Row = tuple[Any, ...]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
+from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import Operator, OperatorContext
 from operators._api.relational import (
     Pending,
@@ -41,7 +42,6 @@ from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
 from operators.aggregate._results import (
     SPECIALS,
-    UNKNOWN,
     ResultLayout,
     Touched,
     finish_in_arrow,
@@ -53,8 +53,6 @@ from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["GroupAggregate"]
-
-Row = tuple[Any, ...]
 
 
 #: Milliseconds of the batch's fold and state writes at its close (the join's name).
@@ -364,7 +362,7 @@ class GroupAggregate(Operator):
         _, after = add_counts(table, rows, net.column("__s_sum"))
         unknown = unheld(after)
         if unknown:
-            ctx.count(UNKNOWN, unknown)
+            ctx.count(UNKNOWN_RETRACTIONS, unknown)
 
     def _apply_distinct(
         self,

@@ -9,13 +9,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from encoding import Row
 from operators._api.changelog import RowKind
+from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import OperatorContext
 from operators._api.relational import key_tuples
 from operators.aggregate._functions import Kind
 from operators.aggregate._results import (
     SPECIALS,
-    UNKNOWN,
     ResultLayout,
     Touched,
     spark_order,
@@ -25,7 +26,6 @@ from statestore import StateTable
 
 __all__ = ["custom_accumulators", "finish_per_group"]
 
-Row = tuple[Any, ...]
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 
 
@@ -109,7 +109,7 @@ def finish_per_group(
                 out[RowKind.UPDATE_BEFORE].append(old_result)
             out[RowKind.UPDATE_AFTER].append(new_result)
     if unknown:
-        ctx.count(UNKNOWN, unknown)
+        ctx.count(UNKNOWN_RETRACTIONS, unknown)
     # Groups are independent: each kind goes out as one batch, a group's
     # -U before its +U.
     for kind in (RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.INSERT):

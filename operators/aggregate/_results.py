@@ -19,7 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from encoding import Row
 from operators._api.changelog import RowKind
+from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import OperatorContext
 from operators._api.relational import aligned, key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
@@ -27,7 +29,6 @@ from statestore import StateTable
 
 __all__ = [
     "SPECIALS",
-    "UNKNOWN",
     "ResultLayout",
     "Touched",
     "finish_in_arrow",
@@ -36,8 +37,6 @@ __all__ = [
     "special_value",
     "stored_states",
 ]
-
-Row = tuple[Any, ...]
 
 
 class Touched:
@@ -74,8 +73,6 @@ _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 #: What a float sum over a changelog counts beside its finite sum, in this
 #: order: NaN rows, +inf rows, -inf rows.
 SPECIALS = ("nan", "pinf", "ninf")
-#: Counter of retractions of rows a group does not hold.
-UNKNOWN = "numRetractionsOfUnknownRows"
 
 
 @dataclass(frozen=True)
@@ -166,7 +163,7 @@ def finish_in_arrow(
     alive = pc.greater(rows, 0)
     unknown = pc.sum(pc.if_else(alive, 0, pc.negate(rows))).as_py() or 0
     if unknown:
-        ctx.count(UNKNOWN, unknown)
+        ctx.count(UNKNOWN_RETRACTIONS, unknown)
     old_result = _result(old, aggregates, output, k, specials)
     new_result = _result(new, aggregates, output, k, specials)
     old_visible, new_visible = found, alive

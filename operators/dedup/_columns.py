@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import TableSchema
+from encoding import Row, TableSchema
 from operators._api.changelog import RowKind, kinds_in
 from operators._api.ttl import live_from
 from operators.errors import InputError
@@ -32,7 +32,6 @@ __all__ = [
     "rows_of",
 ]
 
-Row = tuple[Any, ...]
 
 _MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from encoding import Row
 from operators._api.changelog import RowKind
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "on_rowtime",
 ]
 
-Row = tuple[Any, ...]
 Emitted = list[tuple[RowKind, Row]]
 
 

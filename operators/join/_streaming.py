@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import PartitionLocal, TableSchema
+from encoding import PartitionLocal, Row, TableSchema
 from operators._api.changelog import RowKind, row_kinds
 from operators._api.metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators._api.operator import Operator, OperatorContext
@@ -43,7 +43,6 @@ from statestore import ConsistencyMode
 
 __all__ = ["StreamingJoin"]
 
-Row = tuple[Any, ...]
 Condition = Callable[[Row, Row], bool]
 
 INS, DEL, UPA = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER

@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
-from encoding import TableSchema
+from encoding import Row, TableSchema
 from operators._api.metrics import EXPIRED, REMOVED, UPDATED, side_metric
 from operators._api.operator import OperatorContext
 from operators._api.ttl import expired, expiry_time
@@ -38,7 +38,6 @@ from operators.errors import InputError
 
 __all__ = ["H", "JoinStateView", "Record", "SideRows", "ViewKind", "values_at"]
 
-Row = tuple[Any, ...]
 
 #: How a side names one of its rows to the emit rules: a :class:`Record`
 #: record at a time, a row index on the batch path.

@@ -21,10 +21,10 @@ from operators._engine.task import BatchRun, state_metrics, state_tables
 from operators.errors import InputError
 from statestore import (
     ConsistencyMode,
-    MemoryStateStore,
     StateStore,
     StateTable,
     StoreConfig,
+    StoreTables,
 )
 
 __all__ = ["Emitted", "OperatorHarness"]
@@ -37,7 +37,7 @@ class _StoreState:
     """Tables in a state store: in memory, or a real :class:`StateStore` with
     its checkpoint on local disk."""
 
-    def __init__(self, store: StateStore | MemoryStateStore) -> None:
+    def __init__(self, store: StoreTables) -> None:
         self.store = store
         self.store.load(None)
         self._commit_ids: dict[int, str] = {}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators._api.sink import StagedSink
 from operators._spark.sinks import ParquetSink
+from operators.typing import StagedSink
 
 SCHEMA = pa.schema([("key", pa.int64()), ("row_kind", pa.string())])
 
