@@ -73,8 +73,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
-    "BatchSummary",
-    "Progress",
     "QueryOptions",
     "RelstateQuery",
     "Watermark",
