@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._task import BatchRun, state_tables
+from operators._engine.task import BatchRun, state_tables
 from operators.stateful._core import BatchState, StatefulProcessorOperator
 from statestore import ConsistencyMode, MemoryStateStore
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyCodec, TableSchema
-from operators._operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
 from operators.stateful._core.handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
 from operators.stateful._core.state import (
@@ -41,7 +41,7 @@ from operators.stateful._core.variables import (
 from statestore import ConsistencyMode, TableMeta
 
 if TYPE_CHECKING:
-    from operators._watermark import Watermark
+    from operators._api.watermark import Watermark
 
 __all__ = ["BatchState", "StatefulProcessorOperator"]
 

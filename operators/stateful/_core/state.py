@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._ttl import expiry_time, live_from
+from operators._api.ttl import expiry_time, live_from
 from operators.errors import InputError
 from operators.stateful._core.variables import EXPIRES_AT, StateVariable
 from statestore import StateTable

@@ -470,7 +470,7 @@ class TestRestart:
     def first_run(self, tmp_path: Any, processor: StatefulProcessor) -> list[Any]:
         from pyarrow.fs import LocalFileSystem
 
-        from operators._state_location import StateLocation
+        from operators._checkpoint.location import StateLocation
 
         op = StatefulProcessorOperator(processor, KV, ["key"], "key string")
         with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
@@ -627,8 +627,8 @@ def test_state_is_read_by_variable_name(tmp_path: Any) -> None:
     """Offline reading (inspect, the relstate-state source) finds a variable by its name."""
     from pyarrow.fs import LocalFileSystem
 
-    from operators._state_location import StateLocation
-    from operators._state_read import read_rows
+    from operators._checkpoint.location import StateLocation
+    from operators._checkpoint.read import read_rows
 
     op = StatefulProcessorOperator(
         TtlEverything(), OPS, ["key"], "key string, op string, result string"

@@ -15,7 +15,7 @@ from _processors import PandasRunningCount, RunningCount, Timeout
 from pyarrow.fs import LocalFileSystem
 
 from operators import ParquetSink
-from operators._journal import Journal
+from operators._checkpoint.journal import Journal
 from operators.stateful import transform_with_state, transform_with_state_in_pandas
 from statestore import PartitionCheckpoint
 from statestore._faults import inject
