@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import PartitionBy, PartitionLocal, TableSchema
+from encoding import Direction, KeyColumn, NullOrder, PartitionBy, PartitionLocal, TableSchema
 from statestore.errors import IncompatibleStateError
 
 __all__ = ["TableMeta", "check_compatible"]
@@ -54,6 +54,18 @@ class TableMeta:
             schema.columns,
             keys,
             schema.partition_by,
+        )
+
+    def table_schema(self) -> TableSchema:
+        """The table schema this records (the reverse of :meth:`of`)."""
+        keys = [KeyColumn(n, Direction(d), NullOrder(o)) for n, d, o in self.key_columns]
+        return TableSchema(
+            self.table_id,
+            self.columns,
+            keys,
+            layout=self.layout,
+            name=self.name,
+            partition_by=self.partition_by,
         )
 
     def key_types(self) -> tuple[pa.DataType, ...]:

@@ -12,8 +12,7 @@ has the rules and what differs from Spark.
 Importing this package does not import PySpark; the processor does.
 """
 
-from operators.stateful._handle import ExpiredTimerInfo, TimerValues
-from operators.stateful._operator import StatefulProcessorOperator
+from operators.stateful._core import ExpiredTimerInfo, StatefulProcessorOperator, TimerValues
 from operators.stateful._spark import transform_with_state, transform_with_state_in_pandas
 from operators.stateful._tester import TwsTester
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Unpack
 
-from operators._runner import QueryOptions, RelstateQuery, run_operator
+from operators._spark.runner import QueryOptions, RelstateQuery, run_operator
 from operators.errors import InputError
-from operators.stateful._operator import StatefulProcessorOperator
+from operators.stateful._core import StatefulProcessorOperator
 
 if TYPE_CHECKING:
-    from operators._sinks import BatchSink
+    from operators.typing import BatchSink
 
 __all__ = ["grouping_columns", "transform_with_state", "transform_with_state_in_pandas"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._task import BatchRun, state_tables
-from operators.stateful._operator import BatchState, StatefulProcessorOperator
+from operators._engine.task import BatchRun, state_tables
+from operators.stateful._core import BatchState, StatefulProcessorOperator
 from statestore import ConsistencyMode, MemoryStateStore
 
 __all__ = ["TwsTester"]

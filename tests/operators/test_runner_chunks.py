@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators import _spark_task
-from operators._spark_task import StagePlan, TaskBatch, run_task, side_batches
+from operators._spark import task as _spark_task
+from operators._spark.task import StagePlan, TaskBatch, run_task, side_batches
 from operators.errors import RunnerError
 from operators.examples import RunningAggregate
 from statestore import StoreConfig
@@ -57,6 +57,16 @@ class TestSideBatches:
         out = [b.column("k").to_pylist() for _, b in side_batches(iter(batches), COLUMNS)]
         assert [len(c) for c in out] == [6, 6, 3]
         assert [k for chunk in out for k in chunk] == list(range(15))
+
+    def test_a_whole_batch_operator_gets_its_run_uncut(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """For an operator that takes whole batches, a run past the chunk
+        size comes out in one piece."""
+        monkeypatch.setattr(_spark_task, "CHUNK_ROWS", 4)
+        batches = [tagged([0] * 3, 3 * i) for i in range(5)]
+        out = [b.column("k").to_pylist() for _, b in side_batches(iter(batches), COLUMNS, True)]
+        assert out == [list(range(15))]
 
     def test_a_wide_run_is_cut_at_the_chunk_bytes(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A run that holds the chunk's bytes in fewer rows than the chunk
@@ -129,7 +139,7 @@ class TestPassingOn:
         their row kinds, ``__pass`` true, nulls in the operator's columns)
         and hands its operator only the rows with a side, without
         ``__pass``: a row only passed on (side null) never reaches it."""
-        from operators._spark_task import PASS, _passing_on, passed_column, task_schema
+        from operators._spark.task import PASS, _passing_on, passed_column, task_schema
 
         passed = pa.schema([("k", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
         plan = StagePlan(
@@ -180,7 +190,7 @@ class TestOrdering:
         """A stage with an order gets its partition's rows as they come;
         its task hands them to the operator by sequence number, retractions
         first at one number: the running totals follow that order."""
-        from operators._row_order import RowOrder
+        from operators._engine.row_order import RowOrder
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         plan = StagePlan(
@@ -222,8 +232,8 @@ class TestOrdering:
         """A task whose input passes its sort memory orders it through
         sorted runs on disk: its operator emits what it emits when the
         task sorts in memory, and no run is left behind."""
-        from operators import _row_order
-        from operators._row_order import RowOrder
+        from operators._engine import row_order as _row_order
+        from operators._engine.row_order import RowOrder
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
@@ -277,7 +287,7 @@ class TestOrdering:
         """A task that orders its input and passes rows on returns the rows
         passed on of each input batch as it reads it, before the operator's
         output (which waits for the last row): it does not hold them."""
-        from operators._row_order import RowOrder
+        from operators._engine.row_order import RowOrder
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         kinds = _passing_task(tmp_path, RowOrder(sides=False, kinds=True))
@@ -288,7 +298,7 @@ def _passing_task(tmp_path: Any, order: Any) -> list[str]:
     """Run a task that passes side 0's marked rows on, ordering its input
     by ``order`` (``None``: as it comes), on three batches of two rows (one
     marked each): what each batch it returns holds, in order."""
-    from operators._spark_task import META, PASS
+    from operators._spark.task import META, PASS
 
     passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
     plan = StagePlan(

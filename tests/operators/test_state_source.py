@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from operators import cli
-from operators._repartition import repartition
-from operators._runner import run_operator
-from operators._sinks import ParquetSink
-from operators._spark_hash import spark_partition
-from operators._state_location import StateLocation, table_schema
-from operators._state_read import metadata, read_changes, read_rows
-from operators.demo import write_batches
+from operators._checkpoint.location import StateLocation
+from operators._checkpoint.read import metadata, read_changes, read_rows
+from operators._engine.spark_hash import spark_partition
+from operators._spark.runner import run_operator
+from operators._spark.sinks import ParquetSink
+from operators._tools.demo import write_batches
+from operators._tools.repartition import repartition
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import StateStore
@@ -218,7 +218,7 @@ class TestStateSource:
         location = StateLocation(str(copy))
         meta = location.table(OPERATOR, "aggregates")
         latest = read_rows(location, OPERATOR, meta, 0)
-        schemas = [table_schema(m) for m in location.tables(OPERATOR)]
+        schemas = [m.table_schema() for m in location.tables(OPERATOR)]
         with StateStore(location.root, OPERATOR, 0, schemas) as store:
             store.load(3)
             store.table("aggregates").insert(("not-committed", 1, 1))

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.demo import write_batches
+from operators._tools.demo import write_batches
 from tests.operators.stateful.processors import INPUT_DDL, Processor
 
 __all__ = [

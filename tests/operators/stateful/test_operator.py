@@ -470,7 +470,7 @@ class TestRestart:
     def first_run(self, tmp_path: Any, processor: StatefulProcessor) -> list[Any]:
         from pyarrow.fs import LocalFileSystem
 
-        from operators._state_location import StateLocation
+        from operators._checkpoint.location import StateLocation
 
         op = StatefulProcessorOperator(processor, KV, ["key"], "key string")
         with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
@@ -621,3 +621,27 @@ class TestSparkEdges:
         h.commit()
         assert [row for _, row in h.output] == [("a", "rows", 0), ("Row:a", "fired", 0)]
         assert list(h.table("$timers").scan()) == []
+
+
+def test_state_is_read_by_variable_name(tmp_path: Any) -> None:
+    """Offline reading (inspect, the relstate-state source) finds a variable by its name."""
+    from pyarrow.fs import LocalFileSystem
+
+    from operators._checkpoint.location import StateLocation
+    from operators._checkpoint.read import read_rows
+
+    op = StatefulProcessorOperator(
+        TtlEverything(), OPS, ["key"], "key string, op string, result string"
+    )
+    with OperatorHarness(op, "rocksdb", path=tmp_path) as h:
+        h.processing_time = 1000
+        h.process_rows([("a", "l.appendList", "p,q"), ("a", "m.updateValue", "z")])
+        h.commit()
+    location = StateLocation.of(LocalFileSystem(), str(tmp_path / "checkpoint"), "test")
+    names = [t.name for t in location.tables(op.name)]
+    assert {"value", "list", "list$ttl", "map", "map$ttl"} <= set(names)
+    rows = read_rows(location, op.name, location.table(op.name, "list"), 0).to_pylist()
+    assert rows == [
+        {"key": "a", "$position": 0, "v": "p", "$expires_at": 2000},
+        {"key": "a", "$position": 1, "v": "q", "$expires_at": 2000},
+    ]

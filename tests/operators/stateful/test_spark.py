@@ -15,7 +15,7 @@ from _processors import PandasRunningCount, RunningCount, Timeout
 from pyarrow.fs import LocalFileSystem
 
 from operators import ParquetSink
-from operators._journal import Journal
+from operators._checkpoint.journal import Journal
 from operators.stateful import transform_with_state, transform_with_state_in_pandas
 from statestore import PartitionCheckpoint
 from statestore._faults import inject
@@ -81,39 +81,15 @@ def test_running_count_with_initial_state(spark: Any, tmp_path: Path, flavour: s
     ]
 
 
-def test_processing_time_timers_with_clock(spark: Any, tmp_path: Path) -> None:
-    """Processing-time timers fire at the batch times the clock option gives."""
-    source = _source(tmp_path)
-    stream = (
-        spark.readStream.schema("key string, value string")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(source))
-    )
-    times = {0: 10_000, 1: 10_600, 2: 11_700}
-    sink = ParquetSink(str(tmp_path / "out"))
-    query = transform_with_state(
-        stream.groupBy("key"),
-        Timeout(1000),
-        "key string, count long, seen string, fired long",
-        "Update",
-        "ProcessingTime",
-        sink=sink,
-        checkpoint=str(tmp_path / "checkpoint"),
-        partitions=2,
-        trigger={"availableNow": True},
-        clock=lambda batch_id: times[batch_id],
-    )
-    query.awaitTermination()
-    # a's timer moved to 11_600 in batch 1 and fires in batch 2; b's (11_000)
-    # would too, but batch 2's row of b moves it first: rows come before timers.
-    assert _per_batch(spark, sink, ["key", "count", "seen", "fired"]) == [
-        Counter(),
-        Counter(),
-        Counter({("a", 3, "q", 11_600): 1}),
-    ]
-
-
-def _timeouts(spark: Any, root: Path, source: Path, times: dict[int, int]) -> ParquetSink:
+def _timeouts(
+    spark: Any,
+    root: Path,
+    source: Path,
+    clock: Any,
+    trigger: dict[str, Any] | None = None,
+) -> tuple[Any, ParquetSink]:
+    """A Timeout(1000) query on ``source``: one file a batch, batch times from
+    ``clock``; started, with its sink."""
     stream = (
         spark.readStream.schema("key string, value string")
         .option("maxFilesPerTrigger", 1)
@@ -129,11 +105,29 @@ def _timeouts(spark: Any, root: Path, source: Path, times: dict[int, int]) -> Pa
         sink=sink,
         checkpoint=str(root / "checkpoint"),
         partitions=2,
-        trigger={"availableNow": True},
-        clock=lambda batch_id: times[batch_id],
+        trigger=trigger or {"availableNow": True},
+        clock=clock,
     )
+    return query, sink
+
+
+def _all_timeouts(spark: Any, root: Path, source: Path, times: dict[int, int]) -> ParquetSink:
+    query, sink = _timeouts(spark, root, source, times.__getitem__)
     query.awaitTermination()
     return sink
+
+
+def test_processing_time_timers_with_clock(spark: Any, tmp_path: Path) -> None:
+    """Processing-time timers fire at the batch times the clock option gives."""
+    source = _source(tmp_path)
+    sink = _all_timeouts(spark, tmp_path, source, {0: 10_000, 1: 10_600, 2: 11_700})
+    # a's timer moved to 11_600 in batch 1 and fires in batch 2; b's (11_000)
+    # would too, but batch 2's row of b moves it first: rows come before timers.
+    assert _per_batch(spark, sink, ["key", "count", "seen", "fired"]) == [
+        Counter(),
+        Counter(),
+        Counter({("a", 3, "q", 11_600): 1}),
+    ]
 
 
 def test_crash_between_commit_and_record_resumes_exactly(spark: Any, tmp_path: Path) -> None:
@@ -144,20 +138,20 @@ def test_crash_between_commit_and_record_resumes_exactly(spark: Any, tmp_path: P
     # (written at 10_600, 5000 ms) expired: the output shows both.
     times = {0: 10_000, 1: 10_600, 2: 16_000}
     columns = ["key", "count", "seen", "fired"]
-    whole = _per_batch(spark, _timeouts(spark, tmp_path / "whole", source, times), columns)
+    whole = _per_batch(spark, _all_timeouts(spark, tmp_path / "whole", source, times), columns)
     assert whole == [Counter(), Counter(), Counter({("a", 3, None, 11_600): 1})]
     crashed = tmp_path / "crashed"
     with (
         inject("runner.driver_after_sink", nth=2),
         pytest.raises(Exception, match="driver_after_sink"),
     ):
-        _timeouts(spark, crashed, source, times)
+        _all_timeouts(spark, crashed, source, times)
     location = str(crashed / "checkpoint" / "state")
     assert Journal(LocalFileSystem(), location).latest() == 0
     assert any(
         PartitionCheckpoint(location, "transform_with_state", p).commits(1) for p in range(2)
     )
-    sink = _timeouts(spark, crashed, source, times)
+    sink = _all_timeouts(spark, crashed, source, times)
     assert _per_batch(spark, sink, columns) == whole
 
 
@@ -169,19 +163,12 @@ def test_timers_fire_without_input(spark: Any, tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.mkdir()
     pq.write_table(pa.table({"key": ["a"], "value": ["x"]}), source / "part-0.parquet")
-    stream = spark.readStream.schema("key string, value string").parquet(str(source))
-    sink = ParquetSink(str(tmp_path / "out"))
-    query = transform_with_state(
-        stream.groupBy("key"),
-        Timeout(1000),
-        "key string, count long, seen string, fired long",
-        "Update",
-        "ProcessingTime",
-        sink=sink,
-        checkpoint=str(tmp_path / "checkpoint"),
-        partitions=2,
-        trigger={"processingTime": "200 milliseconds"},
-        clock=lambda batch_id: 10_000 + 600 * batch_id,
+    query, sink = _timeouts(
+        spark,
+        tmp_path,
+        source,
+        lambda batch_id: 10_000 + 600 * batch_id,
+        {"processingTime": "200 milliseconds"},
     )
     try:
         deadline = time.monotonic() + 120
