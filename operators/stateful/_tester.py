@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators._engine.task import BatchRun, state_tables
-from operators.stateful._core import BatchState, StatefulProcessorOperator
+from operators.stateful._core import BatchState, StatefulProcessorOperator, TimerValues
 from statestore import ConsistencyMode, MemoryStateStore
 
 __all__ = ["TwsTester"]
@@ -113,6 +113,13 @@ class TwsTester:
         run.open()
         state = op._state()
         state.raw = []
+        # PySpark's tester's TimerValues (no watermark in ProcessingTime mode).
+        if self._timeMode == "none":
+            state.timer_values = TimerValues(-1, -1)
+        elif self._timeMode == "processingtime":
+            state.timer_values = TimerValues(self._currentProcessingTimeMs, -1)
+        else:
+            state.timer_values = TimerValues(self._currentProcessingTimeMs, mark)
         result = step(state, run)
         run.finish()
         self._version += 1

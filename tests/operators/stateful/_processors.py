@@ -175,3 +175,33 @@ class DeletesOld(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class Chain(StatefulProcessor):
+    """Registers a timer at ``now + after`` per row; each firing registers one
+    already due (at now - 1) and emits what Spark hands it."""
+
+    def __init__(self, after: int, event_time: bool = False) -> None:
+        self.after, self.event_time = after, event_time
+
+    def init(self, handle: Any) -> None:
+        self.handle = handle
+
+    def _now(self, tv: Any) -> int:
+        return int(
+            tv.getCurrentWatermarkInMs() if self.event_time else tv.getCurrentProcessingTimeInMs()
+        )
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        list(rows)
+        self.handle.registerTimer(max(self._now(timerValues) + self.after, 0))
+        yield Row(key=key[0], what="rows", at=timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:
+        fired = expiredTimerInfo.getExpiryTimeInMs()
+        if fired > 0 or not self.event_time:
+            self.handle.registerTimer(self._now(timerValues) - 1)
+        yield Row(key=f"{type(key).__name__}:{key.key}", what="fired", at=fired)
+
+    def close(self) -> None:
+        pass

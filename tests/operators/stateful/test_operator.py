@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from _processors import (
+    Chain,
     DeletesOld,
     Everything,
     PandasRunningCount,
@@ -525,36 +526,6 @@ class TestRestart:
             assert list(h.table("m").scan()) == [("a", "x", "x", None), ("a", "y", "y", 500)]
 
 
-class _Chain(StatefulProcessor):
-    """Registers a timer at ``now + after`` per row; each firing registers one
-    already due (at now - 1) and emits what Spark hands it."""
-
-    def __init__(self, after: int, event_time: bool = False) -> None:
-        self.after, self.event_time = after, event_time
-
-    def init(self, handle: Any) -> None:
-        self.handle = handle
-
-    def _now(self, tv: Any) -> int:
-        return int(
-            tv.getCurrentWatermarkInMs() if self.event_time else tv.getCurrentProcessingTimeInMs()
-        )
-
-    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
-        list(rows)
-        self.handle.registerTimer(max(self._now(timerValues) + self.after, 0))
-        yield Row(key=key[0], what="rows", at=timerValues.getCurrentWatermarkInMs())
-
-    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:
-        fired = expiredTimerInfo.getExpiryTimeInMs()
-        if fired > 0 or not self.event_time:
-            self.handle.registerTimer(self._now(timerValues) - 1)
-        yield Row(key=f"{type(key).__name__}:{key.key}", what="fired", at=fired)
-
-    def close(self) -> None:
-        pass
-
-
 class TestSparkEdges:
     """Spark's behaviour where relstate's generic operator rules differ (38spark's findings)."""
 
@@ -583,7 +554,7 @@ class TestSparkEdges:
     def test_timer_registered_by_a_timer_fires_next_batch(self, backend: str) -> None:
         """A timer a handleExpiredTimer registers, already due, fires next batch; key is a Row."""
         op = StatefulProcessorOperator(
-            _Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
+            Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
         )
         h = harness(op, backend)
         h.processing_time = 1000
@@ -599,7 +570,7 @@ class TestSparkEdges:
     def test_processing_time_values_carry_the_watermark(self, backend: str) -> None:
         """ProcessingTime: TimerValues carry the watermark (0 before the first), as Spark."""
         op = StatefulProcessorOperator(
-            _Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
+            Chain(100), KV, ["key"], "key string, what string, at long", time_mode="ProcessingTime"
         )
         h = harness(op, backend)
         assert h.process_rows([("a", "x")]) == [(INS, ("a", "rows", 0))]
@@ -610,7 +581,7 @@ class TestSparkEdges:
     def test_event_time_timer_at_zero_fires_in_batch_zero(self, backend: str) -> None:
         """Before the first watermark Spark's is 0: an event-time timer at 0 fires in batch 0."""
         op = StatefulProcessorOperator(
-            _Chain(-10, event_time=True),
+            Chain(-10, event_time=True),
             KV,
             ["key"],
             "key string, what string, at long",

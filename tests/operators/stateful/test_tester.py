@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from _processors import PandasRunningCount, RunningCount, Timeout, TtlEverything
+from _processors import Chain, PandasRunningCount, RunningCount, Timeout, TtlEverything
 from pyspark.errors import PySparkValueError
 from pyspark.errors.exceptions.base import IllegalArgumentException
 from pyspark.sql import Row
@@ -80,3 +80,9 @@ class TestTwsTester:
         )
         assert tester.peekValueState("count", "a") == (1,)
         assert tester.setWatermark(150) == [Row(key="a", count=1, seen="x", fired=150)]
+
+    def test_timer_values_as_pysparks_tester(self) -> None:
+        """TimerValues as PySpark's tester gives them: no watermark in ProcessingTime mode."""
+        tester = TwsTester(Chain(100), timeMode="ProcessingTime")
+        tester.setProcessingTime(50)
+        assert tester.test("a", [Row(key="a", value="x")]) == [Row(key="a", what="rows", at=-1)]
