@@ -15,7 +15,6 @@ from encoding import TableSchema
 from operators._changelog import RowKind, row_kinds
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError, RunnerError
-from operators.join._metrics import UNKNOWN_RETRACTIONS
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
@@ -66,6 +65,8 @@ class SubscriptionStage(Operator):
     def __init__(self, join: FkJoin) -> None:
         self.join = join
         self.name = f"{join.name}-subscriptions"
+        # The left rows by their FK meet the right rows of that key.
+        self.partition_keys = ((FK,), (join.right_key,))
         keys = [join.left.field(k) for k in join.left_key]
         digest = pa.field(HASH, pa.binary(), nullable=False)
         self.inputs = [join.keyed_input(), join.with_sequence(join.right)]
@@ -180,6 +181,9 @@ class SubscriptionStage(Operator):
         right = ctx.table("right")
         if kind.is_retract:
             if right.delete_key((fk,)) is None:
+                # A right row the table does not hold: nothing to apply (Kafka
+                # ignores it); the stage's policy counts it (or fails).
+                ctx.retracted_unknown(1, new, (fk,))
                 return
             answer = self._no_right
         else:
@@ -260,6 +264,8 @@ class ResultStage(Operator):
     def __init__(self, join: FkJoin) -> None:
         self.join = join
         self.name = f"{join.name}-results"
+        # A left row meets the responses for its key K.
+        self.partition_keys = (join.left_key, join.left_key)
         fk = pa.field(FK, join.fk_type)
         digest = pa.field(HASH, pa.binary(), nullable=False)
         self.inputs = [join.keyed_input(), SubscriptionStage(join).output]
@@ -337,7 +343,8 @@ class ResultStage(Operator):
             # Kafka's left table is keyed by K: a tombstone deletes K, whatever
             # the row it held, and one for a K it does not hold does nothing.
             if stored is None:
-                ctx.count(UNKNOWN_RETRACTIONS)
+                # Nothing to apply under any policy: K holds no row.
+                ctx.retracted_unknown(0, row[: self._width], key)
                 return
             if stored[self._width + 1] != row[self._width + 1]:
                 ctx.count(MISMATCHED_RETRACTIONS)

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from operators._changelog import ROW_KIND
 from operators._operator import Operator
+from operators._stage_keys import check_stage_keys, stage_keys
 from operators._watermark import DELAY_KEY, StageInputs, Watermark
 from operators.errors import InputError
 
@@ -203,7 +204,7 @@ class Pipeline:
         self,
         operator: Operator,
         *inputs: Stream,
-        keys: Sequence[str] | Sequence[Sequence[str]],
+        keys: Sequence[str] | Sequence[Sequence[str]] | None = None,
         sequence: str | None = None,
         sides_in_turn: bool = False,
         drop_null_keys: bool | Sequence[bool] = False,
@@ -211,9 +212,13 @@ class Pipeline:
         """Run ``operator`` over ``inputs`` (one stream per operator input),
         its rows partitioned by ``keys`` (one list for every side, or one per
         side, of one length and one type); the stage's output stream.
+        Without ``keys`` the stage takes the operator's
+        :attr:`~operators.Operator.partition_keys`; keys that would put rows
+        the operator relates in different partitions (columns outside them,
+        or none when it declares some) are refused (:mod:`operators._stage_keys`).
         ``keys=()`` makes a keyless stage: all its rows go to partition 0 of
         one task and its state is one partition, whatever the query's
-        partition count (a global top-N or aggregate, as Spark runs one).
+        partition count (a global top-N, as Spark runs one).
 
         Each input's rows are ordered by its stream's sequence column, else
         by ``sequence`` (default: the operator's ``sequence_column``), at one
@@ -235,7 +240,7 @@ class Pipeline:
                 raise InputError(f"{label}: its inputs must be streams of this pipeline")
             upstream = self.stages[stream.index] if stream.is_stage else None
             _check_update_before(label, operator, upstream)
-        key_lists = _key_lists(keys, len(inputs), label)
+        key_lists = stage_keys(operator, keys, len(inputs), label)
         nulls = (
             [bool(drop_null_keys)] * len(inputs)
             if isinstance(drop_null_keys, bool)
@@ -262,6 +267,7 @@ class Pipeline:
             order = stream.sequence or sequence
             if order is not None:
                 _check_sequence(where, stream.schema, order)
+        check_stage_keys(operator, key_lists, label)
         for types in key_types[1:]:
             if not all(same_type(a, b) for a, b in zip(key_types[0], types, strict=True)):
                 raise InputError(
@@ -358,27 +364,6 @@ class Pipeline:
         from operators._runner import start
 
         return start(self, output, sink, checkpoint, partitions, more_outputs, **options)
-
-
-def _key_lists(
-    keys: Sequence[str] | Sequence[Sequence[str]], sides: int, label: str
-) -> list[list[str]]:
-    """One list of key columns per side (a flat list serves every side); an
-    empty list, or one empty list per side, for a keyless stage."""
-    if isinstance(keys, str):
-        keys = [keys]
-    if keys is None:
-        raise InputError(f"{label}: give its key columns, or keys=() for a keyless stage")
-    if all(isinstance(k, str) for k in keys):
-        lists = [[str(k) for k in keys]] * sides
-    else:
-        lists = [[str(c) for c in k] for k in keys if not isinstance(k, str)]
-    if len(lists) != sides or len({len(k) for k in lists}) != 1:
-        raise InputError(
-            f"{label}: give its key columns once, or once per input ({sides}), each list "
-            f"of one length (keys=() for a keyless stage); got {keys!r}"
-        )
-    return lists
 
 
 def _check_update_before(label: str, operator: Operator, upstream: Stage | None) -> None:

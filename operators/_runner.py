@@ -1241,7 +1241,7 @@ def start(
 def run_operator(
     inputs: DataFrame | Sequence[DataFrame],
     operator: Operator,
-    keys: Sequence[str] | Sequence[Sequence[str]],
+    keys: Sequence[str] | Sequence[Sequence[str]] | None,
     partitions: int,
     checkpoint: str,
     sink: BatchSink,
@@ -1254,7 +1254,10 @@ def run_operator(
 
     ``keys`` are the key columns (one list per input for two inputs; the
     inputs' keys must have one type, in order); rows with equal keys meet in
-    one task. ``partitions`` is fixed for the life of the checkpoint.
+    one task. ``None`` takes the operator's
+    :attr:`~operators.Operator.partition_keys`, and keys that would part
+    rows the operator relates are refused (:meth:`Pipeline.stage
+    <operators.Pipeline.stage>`). ``partitions`` is fixed for the life of the checkpoint.
     ``checkpoint`` holds Spark's own stream checkpoint (``checkpoint/spark``)
     and, unless the ``state_location`` option is given, the operator's state
     (``checkpoint/state``). ``sink`` receives each batch's output (with the

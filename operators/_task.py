@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from encoding import PartitionLocal, TableSchema
 from operators._changelog import ROW_KIND, RowKind, kind_symbols
+from operators._dirty import InputPolicy
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
 from statestore import StateTable, get_logger
@@ -97,8 +98,10 @@ class BatchRun(OperatorContext):
         previous_watermark: int | None,
         processing_time: int | None = None,
         log: Any | None = None,
+        policy: InputPolicy | None = None,
     ) -> None:
         self.operator = operator
+        self.policy = InputPolicy(stage=operator.name) if policy is None else policy
         self._tables = {k: v for k, v in tables.items() if k != TIMERS.name}
         self._timers = tables[TIMERS.name]
         self.batch_id = batch_id

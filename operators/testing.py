@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._dirty import InputPolicy, UnknownRetractions
 from operators._operator import Operator
 from operators._pipeline_harness import PipelineHarness
 from operators._task import BatchRun, state_metrics, state_tables
@@ -77,8 +78,16 @@ class OperatorHarness:
         path: str | Path | None = None,
         partition_id: int = 0,
         consistency: ConsistencyMode | str | None = None,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        policy: InputPolicy | None = None,
     ) -> None:
         self.operator = operator
+        #: How the operator treats dirty input (operators/_dirty.py):
+        #: ``policy``, else the default with ``unknown_retractions``.
+        self.policy = policy or InputPolicy.of(unknown_retractions, None, operator.name)
+        #: The first retraction of an unknown row the last committed batch
+        #: met (``(side, row)``), if any.
+        self.last_unknown_example: tuple[int, tuple[Any, ...]] | None = None
         self.partition_id = partition_id
         schemas = state_tables(operator)
         mode = ConsistencyMode(operator.consistency if consistency is None else consistency)
@@ -149,6 +158,7 @@ class OperatorHarness:
                 self.watermark,
                 self.watermark,
                 self.processing_time,
+                policy=self.policy,
             )
         return self._run
 
@@ -276,6 +286,7 @@ class OperatorHarness:
             self.watermark,
             previous,
             self.processing_time,
+            policy=self.policy,
         )
         emitted: list[Emitted] = []
         for side, batch in runs:
@@ -303,6 +314,7 @@ class OperatorHarness:
         version = self.batch_id
         self._state.commit(version)
         self.last_metrics = metrics
+        self.last_unknown_example = run.unknown_example
         self._watermarks[version] = self.watermark
         self._committed = version
         self.batch_id += 1

@@ -34,14 +34,13 @@ from operators._relational import (
     key_tuples,
     net_changes,
     pylists,
+    report_unheld,
     signs,
-    unheld,
 )
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
 from operators.aggregate._results import (
     SPECIALS,
-    UNKNOWN,
     Touched,
     finish_in_arrow,
     max_nan_greatest,
@@ -118,6 +117,7 @@ class GroupAggregate(Operator):
             check_names(schema, row_key, "row_key")
         self.name = name
         self.key_columns = tuple(group_by)
+        self.partition_keys = (self.key_columns,)
         self.aggregates = list(aggregates)
         self.having = having
         self.changelog = changelog
@@ -366,9 +366,7 @@ class GroupAggregate(Operator):
         names = table.schema.columns.names[:-1]
         rows = pa.table(net.columns[:-1], names=names)
         _, after = add_counts(table, rows, net.column("__s_sum"))
-        unknown = unheld(after)
-        if unknown:
-            ctx.count(UNKNOWN, unknown)
+        report_unheld(ctx, rows, after, self._k)
 
     def _apply_distinct(
         self,

@@ -20,13 +20,12 @@ import pyarrow.compute as pc
 
 from operators._changelog import RowKind
 from operators._operator import OperatorContext
-from operators._relational import aligned, key_tuples, pylists
+from operators._relational import aligned, key_tuples, pylists, report_unheld
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
 __all__ = [
     "SPECIALS",
-    "UNKNOWN",
     "Touched",
     "finish_in_arrow",
     "max_nan_greatest",
@@ -72,8 +71,6 @@ _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 #: What a float sum over a changelog counts beside its finite sum, in this
 #: order: NaN rows, +inf rows, -inf rows.
 SPECIALS = ("nan", "pinf", "ninf")
-#: Counter of retractions of rows a group does not hold.
-UNKNOWN = "numRetractionsOfUnknownRows"
 
 
 def finish_in_arrow(
@@ -138,9 +135,9 @@ def finish_in_arrow(
             )
     new = pa.table(new_columns, schema=state_schema)
     alive = pc.greater(rows, 0)
-    unknown = pc.sum(pc.if_else(alive, 0, pc.negate(rows))).as_py() or 0
-    if unknown:
-        ctx.count(UNKNOWN, unknown)
+    # A group holds counts, not rows: a retraction is known to be of a row
+    # it does not hold when the group's row count would go below zero.
+    report_unheld(ctx, keys, rows, k)
     old_result = _result(old, aggregates, output, k, specials)
     new_result = _result(new, aggregates, output, k, specials)
     old_visible, new_visible = found, alive

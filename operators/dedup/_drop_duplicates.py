@@ -75,6 +75,7 @@ class _FirstRowPerKey(Operator):
                 )
         self.name = name
         self.columns = list(columns)
+        self.partition_keys = (tuple(columns),)
         #: Where each column of the state key comes from among ``columns``.
         self.state_order = list(range(len(columns)))
         self.event_time = event_time

@@ -88,6 +88,8 @@ class AppendJoin(Operator):
         self.name = name
         spec = JoinSpec.of(join_type, left, right, left_keys, right_keys)
         self.join_type = spec.join_type
+        # Rows with one join key meet: each side by its keys.
+        self.partition_keys = spec.keys
         self.outer_sides: tuple[int, ...] = tuple(s for s in (0, 1) if spec.is_outer(s))
         self.time = time
         self.condition = condition

@@ -6,6 +6,10 @@ each counts."""
 
 from __future__ import annotations
 
+# Retractions of rows the side does not hold (changelog mode): the one name
+# every operator counts them under.
+from operators._dirty import UNKNOWN_RETRACTIONS
+
 __all__ = [
     "EVICTED",
     "EVICTION_TIME",
@@ -33,8 +37,6 @@ EXPIRED = "numExpiredStateRows"
 EVICTED = "numRowsEvictedByWatermark"
 #: Late input rows of the side, dropped (append mode).
 LATE = "numRowsDroppedByWatermark"
-#: Retractions of rows the side does not hold (changelog mode).
-UNKNOWN_RETRACTIONS = "numRetractionsOfUnknownRows"
 #: Joined pairs emitted (append mode; the join as a whole).
 MATCHED = "numMatchedRows"
 #: Null-padded rows emitted at eviction (append mode; the join as a whole).

@@ -32,8 +32,8 @@ from operators._relational import (
     check_names,
     key_tuples,
     net_changes,
+    report_unheld,
     signs,
-    unheld,
 )
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
@@ -42,8 +42,6 @@ __all__ = ["TopN"]
 
 Row = tuple[Any, ...]
 
-#: Counter of retractions of rows the operator does not hold.
-UNKNOWN = "numRetractionsOfUnknownRows"
 _COUNT = "__n"
 
 
@@ -93,6 +91,7 @@ class TopN(Operator):
             check_names(schema, row_key, "row_key")
         self.name = name
         self.key_columns = tuple(partition_by)
+        self.partition_keys = (self.key_columns,)
         self.order_by = order
         self.limit = limit
         self.offset = offset
@@ -157,9 +156,7 @@ class TopN(Operator):
                 if all(table.keys.encode(keys[i]) > boundary for i in at):
                     continue  # every change sorts past a full top: it cannot change
             before[partition] = top
-        unknown = unheld(add_counts(table, rows, deltas)[1])
-        if unknown:
-            ctx.count(UNKNOWN, unknown)
+        report_unheld(ctx, rows, add_counts(table, rows, deltas)[1], self._p)
         left: list[Row] = []
         entered: list[Row] = []
         for partition, top in before.items():

@@ -156,12 +156,16 @@ class TestBuildErrors:
 
     def test_keyless_stage(self) -> None:
         """keys=() makes a keyless stage (one partition in a query of any
-        count); keys given for one side only, or as None, are refused, and
-        the harness refuses more than one partition for a keyless stage."""
+        count); keys given for one side only, or left out for an operator
+        that declares none, are refused, and the harness refuses more than
+        one partition for a keyless stage."""
         pipeline = Pipeline()
         stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
         keyed = pipeline.stage(RunningAggregate(), stream, keys=["key"])
-        pipeline.stage(RunningAggregate(name="all"), stream, keys=())
+        every = _Lagging("all")
+        every.inputs = [stream.schema]
+        every.output = stream.schema
+        pipeline.stage(every, stream, keys=())
         keyless = pipeline.stages[1]
         assert keyless.keyless and keyless.partitions(4) == 1
         assert not pipeline.stages[0].keyless and pipeline.stages[0].partitions(4) == 4
@@ -170,7 +174,7 @@ class TestBuildErrors:
         with pytest.raises(InputError, match="each list of one length"):
             pipeline.stage(pair, stream, keyed, keys=[[], ["key"]])
         with pytest.raises(InputError, match=r"keys=\(\) for a keyless stage"):
-            pipeline.stage(RunningAggregate(name="none"), stream, keys=None)  # type: ignore[arg-type]
+            pipeline.stage(_Lagging("none"), stream)
         with pytest.raises(InputError, match=r"keyless stage\(s\) \['all'\] run on one partition"):
             PipelineHarness(pipeline, [3, 3])
         with PipelineHarness(pipeline, [3, 1]) as harness:
