@@ -6,6 +6,7 @@ are modules of their own. Importing this package does not import PySpark:
 """
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._dirty import BadRows, UnknownRetractions
 from operators._fk_join import FkJoin, run_fk_join
 from operators._operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._pipeline import Pipeline, Stream
@@ -23,6 +24,7 @@ from operators.errors import InputError, RunnerError
 
 __all__ = [
     "ROW_KIND",
+    "BadRows",
     "BatchSink",
     "BatchSummary",
     "FkJoin",
@@ -38,6 +40,7 @@ __all__ = [
     "Stream",
     "TimeDomain",
     "Timer",
+    "UnknownRetractions",
     "Watermark",
     "register_sources",
     "row_kinds",

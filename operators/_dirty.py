@@ -22,7 +22,7 @@ query (the query options of the same names):
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "InputPolicy",
     "UnknownRetractions",
     "unknown_retraction_error",
+    "warn_unknown_retractions",
 ]
 
 #: The counter of retractions of rows an operator does not hold, in every
@@ -95,6 +96,40 @@ class InputPolicy:
         if side < len(self.sources):
             return f"source {self.sources[side]!r} (input {side} of stage {self.stage!r})"
         return f"input {side} of stage {self.stage!r}"
+
+
+def warn_unknown_retractions(
+    log: Any,
+    policy: InputPolicy,
+    batch_id: int,
+    metrics: Mapping[str, int],
+    example: tuple[int, str] | None,
+) -> None:
+    """The stage's one warning of a batch whose partitions met retractions
+    of rows they do not hold (``metrics``: the batch's counters, summed over
+    partitions; ``example``: the side and ``repr`` of one such row)."""
+    if example is None:
+        return
+    count = sum(v for k, v in metrics.items() if k.endswith(UNKNOWN_RETRACTIONS))
+    side, row = example
+    log.warning(
+        "relstate.unknown_retractions",
+        stage=policy.stage,
+        source=policy.where(side),
+        batch_id=batch_id,
+        count=count,
+        example=row,
+        policy=policy.unknown_retractions.value,
+        meaning=(
+            "retractions of rows the stage does not hold (a change log started mid-stream, "
+            "a file read twice?)"
+            + (
+                ""
+                if policy.unknown_retractions is UnknownRetractions.APPLY
+                else ": dropped; unknown_retractions='fail' stops at the first"
+            )
+        ),
+    )
 
 
 def unknown_retraction_error(

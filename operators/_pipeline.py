@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND
+from operators._dirty import BadRows, InputPolicy, UnknownRetractions
 from operators._operator import Operator
 from operators._stage_keys import check_stage_keys, stage_keys
 from operators._watermark import DELAY_KEY, StageInputs, Watermark
@@ -125,6 +126,9 @@ class Stage:
     inputs: tuple[StageInput, ...]
     sequence: str | None
     sides_in_turn: bool
+    #: The stage's own dirty-input settings (``None``: the query's).
+    unknown_retractions: UnknownRetractions | None = None
+    bad_rows: BadRows | None = None
 
     @property
     def name(self) -> str:
@@ -208,6 +212,8 @@ class Pipeline:
         sequence: str | None = None,
         sides_in_turn: bool = False,
         drop_null_keys: bool | Sequence[bool] = False,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        bad_rows: BadRows | str | None = None,
     ) -> Stream:
         """Run ``operator`` over ``inputs`` (one stream per operator input),
         its rows partitioned by ``keys`` (one list for every side, or one per
@@ -224,8 +230,12 @@ class Pipeline:
         by ``sequence`` (default: the operator's ``sequence_column``), at one
         number retractions first; a stage's output without one comes in the
         order its partitions emitted it. ``drop_null_keys`` (per side, or for all) leaves
-        out rows whose key has a null: they can meet no other row."""
+        out rows whose key has a null: they can meet no other row.
+        ``unknown_retractions`` (``"drop"``, ``"fail"``, ``"apply"``) and
+        ``bad_rows`` (``"fail"``, ``"set_aside"``) set how this stage treats
+        dirty input (docs/dirty-input.md); ``None``: as the query says."""
         label = f"stage {operator.name!r}"
+        policy = InputPolicy.of(unknown_retractions, bad_rows, operator.name)
         if operator.name in {s.name for s in self.stages}:
             raise InputError(
                 f"the pipeline has a stage named {operator.name!r} already; each stage keeps "
@@ -282,6 +292,8 @@ class Pipeline:
             ),
             sequence,
             sides_in_turn,
+            None if unknown_retractions is None else policy.unknown_retractions,
+            None if bad_rows is None else policy.bad_rows,
         )
         self.stages.append(stage)
         return Stream(self, operator.name, operator.output, len(self.stages) - 1, True)
@@ -338,6 +350,23 @@ class Pipeline:
             )
             for stage in self.stages
         ]
+
+    def input_policy(
+        self,
+        stage: Stage,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        bad_rows: BadRows | str | None = None,
+    ) -> InputPolicy:
+        """How ``stage`` treats dirty input: its own settings, else the
+        query's (``unknown_retractions``, ``bad_rows``), else the defaults;
+        with the names its messages give (each input's stream)."""
+        query = InputPolicy.of(unknown_retractions, bad_rows, stage.name)
+        return InputPolicy(
+            stage.unknown_retractions or query.unknown_retractions,
+            stage.bad_rows or query.bad_rows,
+            stage.name,
+            tuple(i.stream.name for i in stage.inputs),
+        )
 
     def sequenced(self, stage: Stage) -> list[str | None]:
         """The column ordering each input of ``stage`` (the stream's own, else

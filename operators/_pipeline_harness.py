@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind, row_kinds
+from operators._dirty import BadRows, UnknownRetractions, warn_unknown_retractions
 from operators._pipeline import Pipeline, Stage
 from operators._row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._spark_hash import spark_partition
 from operators._task import output_schema
 from operators._watermark import max_event_time, query_watermark, stage_watermarks
 from operators.errors import InputError
+from statestore import get_logger
 
 if TYPE_CHECKING:
     from operators.testing import Emitted, OperatorHarness
@@ -52,6 +54,8 @@ class PipelineHarness:
         partitions: int | Sequence[int],
         backend: str = "memory",
         tie_break: random.Random | None = None,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        bad_rows: BadRows | str | None = None,
     ) -> None:
         from operators.testing import OperatorHarness
 
@@ -77,10 +81,15 @@ class PipelineHarness:
         counts = [s.partitions(n) for s, n in zip(pipeline.stages, counts, strict=True)]
         self.pipeline = pipeline
         self.tie_break = tie_break
-        self.harnesses: list[list[OperatorHarness]] = [
-            [OperatorHarness(s.operator, backend, partition_id=p) for p in range(n)]
-            for s, n in zip(pipeline.stages, counts, strict=True)
+        #: Each stage's dirty-input policy (the query's settings given here).
+        self.policies = [
+            pipeline.input_policy(s, unknown_retractions, bad_rows) for s in pipeline.stages
         ]
+        self.harnesses: list[list[OperatorHarness]] = [
+            [OperatorHarness(s.operator, backend, partition_id=p, policy=policy) for p in range(n)]
+            for s, n, policy in zip(pipeline.stages, counts, self.policies, strict=True)
+        ]
+        self.log = get_logger(__name__)
         self._delays = pipeline.watermark_delays()
         self._stage_inputs = pipeline.watermark_inputs()
         #: The greatest event time seen per source, and the query's watermark.
@@ -200,6 +209,7 @@ class PipelineHarness:
                     continue
                 routed[spark_partition(key, types, n)].append((side, seq, kind, row))
         metrics: dict[str, int] = {}
+        example: tuple[int, str] | None = None
         emitted: list[pa.Table] = []
         for partition, (harness, rows) in enumerate(
             zip(self.harnesses[index], routed, strict=True)
@@ -221,8 +231,12 @@ class PipelineHarness:
             out = harness.run_batch(runs, watermark, processing_time)
             for name, value in harness.last_metrics.items():
                 metrics[name] = metrics.get(name, 0) + value
+            unknown = harness.last_unknown_example
+            if example is None and unknown is not None:
+                example = (unknown[0], repr(unknown[1]))
             emitted.append(_as_table(stage, out, partition << _ORDER_BITS))
         self.last_metrics[stage.name] = metrics
+        warn_unknown_retractions(self.log, self.policies[index], self.batch_id, metrics, example)
         return pa.concat_tables(emitted)
 
 

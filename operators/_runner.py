@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind
+from operators._dirty import BadRows, UnknownRetractions, warn_unknown_retractions
 from operators._journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
@@ -105,7 +106,10 @@ class QueryOptions(TypedDict, total=False):
     anywhere ``pyarrow.fs`` reaches, S3 say, while Spark's checkpoint stays
     where Spark can write it (default: ``checkpoint/state``). ``progress`` is
     called with each finished batch's summary (default: one line on stderr
-    when it is a terminal).
+    when it is a terminal). ``unknown_retractions`` (``"drop"``, the
+    default, ``"fail"``, ``"apply"``) and ``bad_rows`` (``"fail"``, the
+    default, ``"set_aside"``) say how the stages that set nothing of their
+    own treat dirty input (docs/dirty-input.md).
     """
 
     store_config: StoreConfig | None
@@ -113,6 +117,8 @@ class QueryOptions(TypedDict, total=False):
     query_name: str | None
     state_location: str | None
     progress: Progress | None
+    unknown_retractions: UnknownRetractions | str | None
+    bad_rows: BadRows | str | None
 
 
 def _source_column(source: int, name: str) -> str:
@@ -499,6 +505,15 @@ class _Driver:
                     f"batch {batch_id}, stage {name!r}: tasks committed partitions {got}, "
                     f"expected 0..{partitions - 1}; the batch is not recorded and runs again"
                 )
+            examples = [m["unknown_example"] for m in committed[name] if "unknown_example" in m]
+            if examples:
+                totals: dict[str, int] = {}
+                for m in committed[name]:
+                    for k, v in m["metrics"].items():
+                        totals[k] = totals.get(k, 0) + int(v)
+                side, row = examples[0]
+                policy = self.plans[index].policy
+                warn_unknown_retractions(self.log, policy, batch_id, totals, (side, row))
         return committed
 
     def _plan_stage(
@@ -1144,6 +1159,8 @@ def start(
     query_name = options.get("query_name")
     state_location = options.get("state_location")
     progress = options.get("progress")
+    unknown_retractions = options.get("unknown_retractions")
+    bad_rows = options.get("bad_rows")
     outputs = [(output, sink), *more_outputs]
     pipeline.check_complete([o for o, _ in outputs])
     harness_only = [s.name for s in pipeline.sources if s.frame is None]
@@ -1206,6 +1223,7 @@ def start(
                 store=replace(store, partition_count=count),
                 index=len(plans),
                 log=current_log_config(),
+                policy=pipeline.input_policy(stage, unknown_retractions, bad_rows),
             )
         )
     journal.bind_shape(QueryShape(tuple(shapes), partitions))
