@@ -167,7 +167,11 @@ class Pipeline:
         rows).
 
         A ``row_kind`` column makes it a changelog (else every row is an
-        insert). ``sequence`` names the integer column that orders its rows.
+        insert). ``sequence`` names the integer column that orders its rows:
+        it is not data, so the stream's :attr:`~Stream.schema` leaves it out
+        and an operator built from that schema neither stores nor emits it
+        (an operator that needs it, as the FK join does, declares it among
+        its input columns and gets it).
         The event-time watermark is taken from ``withWatermark`` on the frame
         (Spark records the delay on the column) unless ``watermark`` gives
         one."""
@@ -202,7 +206,8 @@ class Pipeline:
         if sequence is not None:
             _check_sequence(name, schema, sequence)
         self.sources.append(Source(name, frame, schema, changelog, watermark))
-        return Stream(self, name, schema, len(self.sources) - 1, False, sequence)
+        data = pa.schema([f for f in schema if f.name != sequence])
+        return Stream(self, name, data, len(self.sources) - 1, False, sequence)
 
     def stage(
         self,
@@ -267,7 +272,7 @@ class Pipeline:
             zip(inputs, operator.inputs, key_lists, strict=True)
         ):
             where = f"input {side} ({stream.name!r}) of {label}"
-            _check_declared(where, stream.schema, declared)
+            _check_declared(where, self.columns(stream), declared)
             missing = [c for c in cols if c not in stream.schema.names]
             if missing:
                 raise InputError(
@@ -276,7 +281,7 @@ class Pipeline:
             key_types.append([stream.schema.field(c).type for c in cols])
             order = stream.sequence or sequence
             if order is not None:
-                _check_sequence(where, stream.schema, order)
+                _check_sequence(where, self.columns(stream), order)
         check_stage_keys(operator, key_lists, label)
         for types in key_types[1:]:
             if not all(same_type(a, b) for a, b in zip(key_types[0], types, strict=True)):
@@ -299,6 +304,12 @@ class Pipeline:
         return Stream(self, operator.name, operator.output, len(self.stages) - 1, True)
 
     # -- reading ------------------------------------------------------------------------
+
+    def columns(self, stream: Stream) -> pa.Schema:
+        """Every column the rows of ``stream`` carry: its schema, and a
+        source's sequence column too (which orders the rows but is not in
+        :attr:`Stream.schema`)."""
+        return stream.schema if stream.is_stage else self.sources[stream.index].schema
 
     def consumers(self, stream: Stream) -> list[int]:
         """The stages that read ``stream``."""

@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 import pyarrow as pa
 
 from operators._changelog import ROW_KIND, RowKind
+from operators._dead_letters import DEAD_LETTERS, DeadLetters
 from operators._dirty import BadRows, UnknownRetractions, warn_unknown_retractions
 from operators._journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators._row_order import SEQ, SIDE, RowOrder
 from operators._sinks import BatchSink, StagedSink, filesystem_of
-from operators._spark import without_adaptive_execution
+from operators._spark import quiet_query_errors, without_adaptive_execution
 from operators._spark_task import (
     META,
     ORDER,
@@ -109,7 +110,8 @@ class QueryOptions(TypedDict, total=False):
     when it is a terminal). ``unknown_retractions`` (``"drop"``, the
     default, ``"fail"``, ``"apply"``) and ``bad_rows`` (``"fail"``, the
     default, ``"set_aside"``) say how the stages that set nothing of their
-    own treat dirty input (docs/dirty-input.md).
+    own treat dirty input (docs/dirty-input.md); ``dead_letters`` is
+    where rows set aside go (default: ``<state location>/dead-letters``).
     """
 
     store_config: StoreConfig | None
@@ -119,6 +121,7 @@ class QueryOptions(TypedDict, total=False):
     progress: Progress | None
     unknown_retractions: UnknownRetractions | str | None
     bad_rows: BadRows | str | None
+    dead_letters: str | None
 
 
 def _source_column(source: int, name: str) -> str:
@@ -187,7 +190,7 @@ class _Driver:
         #: that reads it: its side of that source, and the reader's.
         self.passing = self._passing()
         for index, (side, _) in self.passing.items():
-            schema = pipeline.stages[index].inputs[side].stream.schema
+            schema = pipeline.columns(pipeline.stages[index].inputs[side].stream)
             self.plans[index] = replace(self.plans[index], passes_on=(side, schema))
         #: Each planned stage's task, as the UDF column ``mapInArrow`` applies.
         self.udfs: dict[int, Column] = {}
@@ -209,12 +212,18 @@ class _Driver:
         #: (cProfile, 11 batches).
         self.planner = ThreadPoolExecutor(1, thread_name_prefix="relstate-plan")
         self.winner_lock = threading.Lock()
+        #: Sets Spark's query-error log back once a stopped query's
+        #: InputError is raised (quiet_query_errors).
+        self.restore_logs: Callable[[], None] | None = None
+        #: Where the stages that set bad rows aside write them (``None``: none does).
+        self.dead_letters: DeadLetters | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
             self._batch(batch, batch_id)
         except InputError as exc:
             self.error = exc
+            self.restore_logs = quiet_query_errors(batch.sparkSession)
             raise
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -241,6 +250,8 @@ class _Driver:
         with without_adaptive_execution(batch.sparkSession):
             metas, jobs_ms = self._run_stages(batch, batch_id, previous, marks, processing_time)
         fault("runner.driver_after_sink")
+        if self.dead_letters is not None:
+            self._set_aside(batch_id, metas)
         record = self._record(batch_id, previous, watermark, marks, metas)
         # The batch record decides; the stores' winner records, written after
         # it, are for readers that load a version without naming a commit.
@@ -260,6 +271,22 @@ class _Driver:
         self.log.info("relstate.batch", **{k: v for k, v in summary.items() if k != "stages"})
         if self.progress is not None:
             self.progress(summary)
+
+    def _set_aside(self, batch_id: int, metas: dict[str, list[dict[str, Any]]]) -> None:
+        """Write the batch's dead letters of each stage that sets rows
+        aside, before the batch is recorded: a run of it again rewrites
+        them in place (and removes those a run with fewer left)."""
+        assert self.dead_letters is not None
+        for plan in self.plans:
+            if plan.policy.bad_rows is not BadRows.SET_ASIDE:
+                continue
+            name = plan.operator.name
+            rows = [
+                r
+                for m in sorted(metas.get(name, []), key=lambda m: int(m["partition"]))
+                for r in m.get("set_aside", [])
+            ]
+            self.dead_letters.write(batch_id, name, rows)
 
     def settle(self) -> None:
         """Wait until the winner records of the last batch this driver
@@ -1092,6 +1119,9 @@ class RelstateQuery:
 
     def _raise_input_error(self) -> None:
         if self._driver.error is not None:
+            restore, self._driver.restore_logs = self._driver.restore_logs, None
+            if restore is not None:
+                restore()
             raise self._driver.error from None
 
     def __getattr__(self, name: str) -> Any:
@@ -1161,6 +1191,7 @@ def start(
     progress = options.get("progress")
     unknown_retractions = options.get("unknown_retractions")
     bad_rows = options.get("bad_rows")
+    dead_letters = options.get("dead_letters")
     outputs = [(output, sink), *more_outputs]
     pipeline.check_complete([o for o, _ in outputs])
     harness_only = [s.name for s in pipeline.sources if s.frame is None]
@@ -1218,7 +1249,7 @@ def start(
                 operator=stage.operator,
                 location=location,
                 partitions=count,
-                side_columns=[list(i.stream.schema.names) for i in stage.inputs],
+                side_columns=[list(pipeline.columns(i.stream).names) for i in stage.inputs],
                 event_times=event_times,
                 store=replace(store, partition_count=count),
                 index=len(plans),
@@ -1242,6 +1273,10 @@ def start(
     if progress is None and sys.stderr.isatty():
         progress = _console_line
     driver = _Driver(pipeline, outputs, plans, journal, max(store.retain_versions, 2), progress)
+    if any(p.policy.bad_rows is BadRows.SET_ASIDE for p in plans):
+        driver.dead_letters = DeadLetters(
+            *filesystem_of(dead_letters or f"{location}/{DEAD_LETTERS}")
+        )
     if query_name:
         driver.query_name = query_name
     writer = stream.writeStream.foreachBatch(driver).option(

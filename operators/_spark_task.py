@@ -289,6 +289,9 @@ def _run(
     }
     if part is not None:
         meta["part"] = part
+    if run.set_aside:
+        # The driver writes them to the dead-letter table before it records the batch.
+        meta["set_aside"] = run.set_aside
     if run.unknown_example is not None:
         # The example of the stage's one warning of the batch (the driver's).
         meta["unknown_example"] = [run.unknown_example[0], repr(run.unknown_example[1])]

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 
 from encoding import TableSchema
 from encoding._schema import Direction, KeyColumn, NullOrder
+from operators._dead_letters import DEAD_LETTERS
 from operators._journal import RUNNER, BatchRecord, Journal, QueryShape
 from operators.errors import InputError
 from statestore import (
@@ -108,7 +109,9 @@ class StateLocation:
 
     def operators(self) -> list[str]:
         """The operators that hold state here."""
-        return [d for d in self._dirs("") if d != RUNNER and not d.startswith(".")]
+        return [
+            d for d in self._dirs("") if d not in (RUNNER, DEAD_LETTERS) and not d.startswith(".")
+        ]
 
     def operator(self, name: str | None) -> str:
         """``name`` checked, or the only operator when ``name`` is ``None``."""

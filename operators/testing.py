@@ -88,6 +88,8 @@ class OperatorHarness:
         #: The first retraction of an unknown row the last committed batch
         #: met (``(side, row)``), if any.
         self.last_unknown_example: tuple[int, tuple[Any, ...]] | None = None
+        #: The rows the last committed batch set aside (``bad_rows="set_aside"``).
+        self.last_set_aside: list[dict[str, Any]] = []
         self.partition_id = partition_id
         schemas = state_tables(operator)
         mode = ConsistencyMode(operator.consistency if consistency is None else consistency)
@@ -315,6 +317,7 @@ class OperatorHarness:
         self._state.commit(version)
         self.last_metrics = metrics
         self.last_unknown_example = run.unknown_example
+        self.last_set_aside = run.set_aside
         self._watermarks[version] = self.watermark
         self._committed = version
         self.batch_id += 1

@@ -118,3 +118,55 @@ def batch_sql(spark: Any | None = None) -> Counter[tuple[Any, ...]]:
     return Counter(
         (r["country"], r["plan"], r["amount_sum"], r["amount_count"]) for r in grouped.to_pylist()
     )
+
+
+#: An orders change log whose second file is malformed: two rows of unknown
+#: kinds among good ones.
+CHANGES = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("customer", pa.string()),
+        ("amount", pa.int64()),
+        ("seq", pa.int64()),
+    ]
+)
+GOOD_AND_BAD = [
+    [("+I", 1, "a", 10, 1), ("+I", 2, "b", 20, 2)],
+    [("+I", 3, "a", 5, 3), ("+X", 4, "b", 7, 4), ("??", 5, "c", 1, 5), ("+I", 6, "b", 1, 6)],
+]
+#: The rows of unknown kinds, as the dead-letter table holds them.
+BAD = {("+X", 4), ("??", 5)}
+TOTALS = ["customer", "revenue", "orders"]
+
+
+def changes(rows: list[tuple[Any, ...]]) -> pa.Table:
+    """An orders change log: ``(row_kind, order_id, customer, amount, seq)`` per row."""
+    return pa.Table.from_pylist(
+        [dict(zip(["row_kind", *CHANGES.names], r, strict=True)) for r in rows],
+        schema=CHANGES.append(KIND),
+    )
+
+
+def totals(pipeline: Pipeline, stream: Stream) -> Stream:
+    """Revenue and order count per customer."""
+    per_customer = GroupAggregate(
+        stream.schema,
+        ["customer"],
+        [Aggregate.sum("amount", "revenue"), Aggregate.count(name="orders")],
+        name="per_customer",
+    )
+    return pipeline.stage(per_customer, stream)
+
+
+def totals_sql(spark: Any | None = None) -> Counter[tuple[Any, ...]]:
+    """Batch SQL over the good rows (all inserts): with ``spark`` by Spark SQL."""
+    good = [r for batch in GOOD_AND_BAD for r in batch if (r[0], r[1]) not in BAD]
+    if spark is not None:
+        spark.createDataFrame(changes(good).to_pandas()).createOrReplaceTempView("changes")
+        rows = spark.sql(
+            "SELECT customer, SUM(amount) AS revenue, COUNT(*) AS orders FROM changes "
+            "GROUP BY customer"
+        ).collect()
+        return Counter(tuple(r[c] for c in TOTALS) for r in rows)
+    grouped = changes(good).group_by("customer").aggregate([("amount", "sum"), ("amount", "count")])
+    return Counter((r["customer"], r["amount_sum"], r["amount_count"]) for r in grouped.to_pylist())

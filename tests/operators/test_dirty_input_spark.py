@@ -1,19 +1,40 @@
 """Dirty input on Spark: the join -> aggregate pipeline of
 tests/operators/_dirty_work.py under each unknown-retractions policy, as in
-the harness, checked against Spark SQL over the valid rows."""
+the harness, checked against Spark SQL over the valid rows; a malformed
+change log under each bad-rows setting."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _dirty_work import APPLIED, BATCHES, KIND, ORDERS, RESULT, USERS, batch_sql, build
+from _dirty_work import (
+    APPLIED,
+    BAD,
+    BATCHES,
+    CHANGES,
+    GOOD_AND_BAD,
+    KIND,
+    ORDERS,
+    RESULT,
+    TOTALS,
+    USERS,
+    batch_sql,
+    build,
+    changes,
+    totals,
+    totals_sql,
+)
 from pyarrow.fs import LocalFileSystem
 
 from operators import InputError, ParquetSink, Pipeline, RelstateQuery
+from operators._dead_letters import DeadLetters
+from operators._inspect import describe
 from operators._journal import Journal
+from operators._state_location import StateLocation
 from operators.demo import materialised, read_batches, write_batches
 from statestore import capture_events
 
@@ -72,3 +93,58 @@ class TestUnknownRetractionsOnSpark:
             query.awaitTermination()
         journal = Journal(LocalFileSystem(), str(tmp_path / "checkpoint" / "state"))
         assert journal.latest() == 0
+
+
+def _totals(spark: Any, root: Path, **options: Any) -> ParquetSink:
+    """The per-customer totals over the malformed change log, run to the end."""
+    if not (root / "changes").exists():
+        write_batches(root / "changes", [changes(b) for b in GOOD_AND_BAD], prefix="part")
+    pipeline = Pipeline()
+    stream = pipeline.source(
+        read_batches(spark, root / "changes", CHANGES.append(KIND)), "orders", sequence="seq"
+    )
+    sink = ParquetSink(str(root / "out"))
+    output = totals(pipeline, stream)
+    pipeline.start(
+        output, sink, str(root / "checkpoint"), 2, trigger={"availableNow": True}, **options
+    ).awaitTermination()
+    return sink
+
+
+class TestBadRowsOnSpark:
+    def test_malformed_row_kinds_fail_or_are_set_aside(
+        self, spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        """A file with unknown row kinds fails its batch by default, the
+        error naming the source as the user named it, with no Spark ERROR
+        traceback printed before it; with bad_rows='set_aside' the query
+        finishes, the dead-letter table under the checkpoint holds exactly
+        the bad rows, the result equals Spark SQL over the good rows,
+        relstate inspect counts them, and a restart changes nothing."""
+        capfd.readouterr()
+        with pytest.raises(
+            InputError,
+            match=r"source 'orders' \(input 0 of stage 'per_customer'\): unknown row kind.*"
+            "nothing of this batch",
+        ):
+            _totals(spark, tmp_path / "fail")
+        printed = capfd.readouterr().err
+        assert "terminated with error" not in printed and "Traceback" not in printed
+        root = tmp_path / "set_aside"
+        sink = _totals(spark, root, bad_rows="set_aside")
+        result = materialised([r.asDict() for r in sink.read(spark).collect()], TOTALS)
+        assert result == totals_sql(spark)
+        state = root / "checkpoint" / "state"
+        dead = DeadLetters(LocalFileSystem(), str(state / "dead-letters"))
+        table = dead.read()
+        assert {
+            (json.loads(r["row"])["row_kind"], json.loads(r["row"])["order_id"], r["batch_id"])
+            for r in table.to_pylist()
+        } == {(kind, order, 1) for kind, order in BAD}
+        assert "rows set aside (in dead-letters/): per_customer 2" in describe(
+            StateLocation(str(state))
+        )
+        output = sorted(map(str, sink.read(spark).collect()))
+        _totals(spark, root, bad_rows="set_aside")  # a restart: every batch is done
+        assert dead.read().equals(table)
+        assert sorted(map(str, sink.read(spark).collect())) == output
