@@ -41,7 +41,7 @@ from operators._journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._operator import Operator
 from operators._pipeline import Pipeline, Stream
 from operators._row_order import SEQ, SIDE, RowOrder
-from operators._sinks import BatchSink, StagedSink, filesystem_of
+from operators._sinks import BatchSink, ParquetSink, StagedSink, filesystem_of
 from operators._spark import quiet_query_errors, without_adaptive_execution
 from operators._spark_task import (
     META,
@@ -1272,6 +1272,11 @@ def start(
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     if progress is None and sys.stderr.isatty():
         progress = _console_line
+    for written, each in outputs:
+        if isinstance(each, ParquetSink):
+            # Before the first batch: a query that reads the output (started
+            # before the writer's first batch is done) knows its columns.
+            each.write_schema(_sink_schema(pipeline.stages[written.index].operator))
     driver = _Driver(pipeline, outputs, plans, journal, max(store.retain_versions, 2), progress)
     if any(p.policy.bad_rows is BadRows.SET_ASIDE for p in plans):
         driver.dead_letters = DeadLetters(

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from operators.errors import InputError
 from statestore import filesystem_for
 
 if TYPE_CHECKING:
@@ -214,8 +215,31 @@ class ParquetSink:
         the ``relstate-output`` data source)."""
         from operators._spark import register_sources
 
+        self._check_schema()
         register_sources(spark)
         return spark.read.format("relstate-output").load(self.path)
+
+    def read_stream(self, spark: SparkSession, **options: str) -> DataFrame:
+        """A stream of each committed batch's output, once, in order (the
+        ``relstate-output`` data source; ``options`` are its own, such as
+        ``maxBatchesPerTrigger``). Started before the writer's first batch
+        is done, it reads nothing until that batch is committed; the writer
+        records the columns as it starts, and before then this refuses
+        with an :class:`~operators.errors.InputError` that says what to do."""
+        from operators._spark import register_sources
+
+        self._check_schema()
+        register_sources(spark)
+        return spark.readStream.format("relstate-output").options(**options).load(self.path)
+
+    def _check_schema(self) -> None:
+        """Refuse to read an output whose columns are not known yet."""
+        if self.schema() is None:
+            raise InputError(
+                f"start the query that writes {self.path} first: its columns are not known "
+                "until that query has started (it records them then), and nothing is there "
+                "yet. A reader started after it waits for its first batch"
+            )
 
 
 def output_arrow_schema(schema: pa.Schema) -> pa.Schema:
