@@ -18,7 +18,7 @@ from operators._runner import (
     stage_progress,
 )
 from operators._sinks import BatchSink, ParquetSink
-from operators._spark import register_sources
+from operators._spark import local_spark, register_sources
 from operators._watermark import Watermark
 from operators.errors import InputError, RunnerError
 
@@ -42,6 +42,7 @@ __all__ = [
     "Timer",
     "UnknownRetractions",
     "Watermark",
+    "local_spark",
     "register_sources",
     "row_kinds",
     "run_fk_join",
