@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from encoding import TableSchema
 from operators._changelog import RowKind, row_kinds
@@ -94,6 +95,18 @@ class SubscriptionStage(Operator):
         self._made: dict[int, int] = {}
         #: Per partition in a run of subscriptions: what it read at once.
         self._runs: dict[int, _SubscriptionReads] = {}
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """The right table is keyed by its key: a right row with a null key
+        is a row this stage cannot take."""
+        if side != 1:
+            return None
+        nulls = pc.is_null(batch.column(self.join.right_key))
+        return pc.if_else(
+            nulls,
+            pa.scalar(f"null right key {self.join.right_key!r}"),
+            pa.scalar(None, pa.string()),
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # Batches in progress belong to this process; a pickled copy starts empty.

@@ -223,6 +223,16 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
         here, so that its watermark is Spark's."""
         return None
 
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """Why each row of an input batch is one the operator cannot take
+        (a string per row, null where it can take it), or ``None`` (the
+        default): it can take every row that has its columns and a known
+        row kind. Under ``bad_rows="set_aside"`` the runner sets such rows
+        aside before :meth:`process_batch` sees the batch
+        (docs/dirty-input.md); under ``"fail"`` the operator refuses them as
+        it always does, with an :class:`~operators.errors.InputError`."""
+        return None
+
     def open(self, ctx: OperatorContext) -> None:  # noqa: B027 - optional hook
         """Called before a batch's first row (per partition)."""
 

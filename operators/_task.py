@@ -208,6 +208,11 @@ class BatchRun(OperatorContext):
         """``batch`` without the rows the operator cannot take, which go to
         :attr:`set_aside` and count in ``numRowsSetAside``."""
         reasons = row_faults(self.operator.inputs[side], batch)
+        own = self.operator.rejected_rows(batch, side)
+        if own is not None:
+            reasons = [
+                r if r is not None else o for r, o in zip(reasons, own.to_pylist(), strict=True)
+            ]
         bad = sum(r is not None for r in reasons)
         if not bad:
             return batch

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
+from operators._changelog import non_inserts
 from operators._operator import Operator, OperatorContext
 from operators._relational import (
     Pending,
@@ -196,6 +197,12 @@ class GroupAggregate(Operator):
         self.tables = tables
 
     # -- a batch ------------------------------------------------------------------------
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """Built for an append-only input, a retraction is a row it cannot take."""
+        if self.changelog:
+            return None
+        return non_inserts(batch, "a retraction in an append-only input (changelog=False)")
 
     def open(self, ctx: OperatorContext) -> None:
         """A micro-batch begins: nothing gathered yet."""

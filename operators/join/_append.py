@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import key_equal_values
-from operators._changelog import RowKind, kinds_in
+from operators._changelog import RowKind, kinds_in, non_inserts
 from operators._operator import Operator, OperatorContext
 from operators.errors import InputError
 from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
@@ -145,6 +145,10 @@ class AppendJoin(Operator):
         if run is None:
             run = self._runs[id(ctx)] = _Run(ctx.batch_id << 32)
         return run
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """It joins append-only inputs: a retraction is a row it cannot take."""
+        return non_inserts(batch, "a retraction in an append-only join input")
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Drop late rows, join the rest with the other side's state, store

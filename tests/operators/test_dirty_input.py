@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from _dirty_work import (
     APPLIED,
@@ -17,6 +18,7 @@ from _dirty_work import (
     BATCHES,
     CHANGES,
     GOOD_AND_BAD,
+    KIND,
     ORDERS,
     RESULT,
     TOTALS,
@@ -31,6 +33,7 @@ from pyarrow.fs import LocalFileSystem
 
 from operators import InputError, Pipeline
 from operators._dead_letters import DeadLetters
+from operators.aggregate import Aggregate, GroupAggregate
 from operators.demo import materialised
 from operators.testing import PipelineHarness
 from statestore import capture_events
@@ -162,3 +165,38 @@ class TestBadRows:
         again, _ = _totals_run("set_aside", tmp_path)
         assert again == result
         assert DeadLetters(LocalFileSystem(), str(tmp_path)).read().equals(table)
+
+    @pytest.mark.parametrize("bad_rows", ["fail", "set_aside"])
+    def test_rows_the_operator_refuses_and_null_keys(self, tmp_path: Path, bad_rows: str) -> None:
+        """A retraction given to an aggregate built for an append-only input
+        and a null in a key column declared not nullable fail the batch, or
+        are set aside with their reasons while the good rows are counted."""
+        schema = pa.schema(
+            [pa.field("customer", pa.string(), nullable=False), ("amount", pa.int64())]
+        )
+        pipeline = Pipeline()
+        orders = pipeline.source(schema.append(pa.field("row_kind", pa.string())), "orders")
+        per_customer = GroupAggregate(
+            orders.schema, ["customer"], [Aggregate.sum("amount", "revenue")], changelog=False
+        )
+        output = pipeline.stage(per_customer, orders)
+        rows = pa.Table.from_pylist(
+            [
+                {"customer": "a", "amount": 5, "row_kind": "+I"},
+                {"customer": "a", "amount": 5, "row_kind": "-D"},
+                {"customer": None, "amount": 7, "row_kind": "+I"},
+                {"customer": "b", "amount": 2, "row_kind": "+I"},
+            ],
+            schema=pa.schema([("customer", pa.string()), ("amount", pa.int64()), KIND]),
+        )
+        with PipelineHarness(pipeline, 1, bad_rows=bad_rows) as harness:
+            if bad_rows == "fail":
+                with pytest.raises(InputError, match=r"holds nulls but is declared not nullable"):
+                    harness.run_batch({"orders": rows})
+                return
+            out = harness.run_batch({"orders": rows})[output.name].to_pylist()
+            assert sorted((r["customer"], r["revenue"]) for r in out) == [("a", 5), ("b", 2)]
+            assert sorted(r["reason"] for r in harness.set_aside) == [
+                "a retraction in an append-only input (changelog=False)",
+                "null in non-nullable 'customer'",
+            ]
