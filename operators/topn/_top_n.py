@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import pyarrow as pa
 
-from encoding import KeyColumn, PartitionLocal, TableSchema
-from operators._changelog import RowKind
-from operators._operator import Operator, OperatorContext
-from operators._relational import (
+from encoding import KeyColumn, PartitionLocal, Row, TableSchema
+from operators._api.changelog import RowKind
+from operators._api.operator import Operator, OperatorContext
+from operators._api.relational import (
     Pending,
     add_counts,
     check_names,
@@ -40,7 +39,6 @@ from statestore import ConsistencyMode, StateTable
 
 __all__ = ["TopN"]
 
-Row = tuple[Any, ...]
 
 _COUNT = "__n"
 

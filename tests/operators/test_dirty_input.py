@@ -32,9 +32,9 @@ from _dirty_work import (
 from pyarrow.fs import LocalFileSystem
 
 from operators import InputError, Pipeline
-from operators._dead_letters import DeadLetters
+from operators._checkpoint.dead_letters import DeadLetters
+from operators._tools.demo import materialised
 from operators.aggregate import Aggregate, GroupAggregate
-from operators.demo import materialised
 from operators.testing import PipelineHarness
 from statestore import capture_events
 

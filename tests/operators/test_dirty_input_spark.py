@@ -31,11 +31,11 @@ from _dirty_work import (
 from pyarrow.fs import LocalFileSystem
 
 from operators import InputError, ParquetSink, Pipeline, RelstateQuery
-from operators._dead_letters import DeadLetters
-from operators._inspect import describe
-from operators._journal import Journal
-from operators._state_location import StateLocation
-from operators.demo import materialised, read_batches, write_batches
+from operators._checkpoint.dead_letters import DeadLetters
+from operators._checkpoint.journal import Journal
+from operators._checkpoint.location import StateLocation
+from operators._tools.demo import materialised, read_batches, write_batches
+from operators._tools.inspect import describe
 from statestore import capture_events
 
 pytestmark = pytest.mark.spark
