@@ -8,19 +8,21 @@ the rest lives. Importing this package does not import PySpark:
 """
 
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
+from operators._api.dirty import BadRows, UnknownRetractions
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._api.watermark import Watermark
 from operators._engine.graph import Stream
 from operators._fk_join.join import FkJoin
 from operators._spark.pipeline import Pipeline, run_fk_join
 from operators._spark.runner import QueryOptions, RelstateQuery, run_operator, stage_progress
-from operators._spark.session import register_sources
+from operators._spark.session import local_spark, register_sources
 from operators._spark.sinks import ParquetSink
 from operators.errors import InputError, RunnerError
 from operators.typing import BatchSink, BatchSummary
 
 __all__ = [
     "ROW_KIND",
+    "BadRows",
     "BatchSink",
     "BatchSummary",
     "FkJoin",
@@ -36,7 +38,9 @@ __all__ = [
     "Stream",
     "TimeDomain",
     "Timer",
+    "UnknownRetractions",
     "Watermark",
+    "local_spark",
     "register_sources",
     "row_kinds",
     "run_fk_join",

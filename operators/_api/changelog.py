@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from encoding import EncodingError
 
-__all__ = ["ROW_KIND", "RowKind", "kind_symbols", "kinds_in", "row_kinds"]
+__all__ = ["ROW_KIND", "RowKind", "kind_symbols", "kinds_in", "non_inserts", "row_kinds"]
 
 #: The name of the row-kind column in operator inputs and outputs. An input
 #: without it is append-only: every row is an insert.
@@ -84,3 +84,16 @@ def kinds_in(batch: pa.RecordBatch | pa.Table) -> set[RowKind]:
     """The row kinds that occur in ``batch`` (without making a Python object
     per row); an unknown symbol or a null raises ``EncodingError``."""
     return {RowKind.parse(s) for s in kind_symbols(batch)}
+
+
+def non_inserts(batch: pa.RecordBatch, reason: str) -> pa.Array | None:
+    """``reason`` at each row of ``batch`` that is not an insert (a
+    retraction, or an unknown kind), null at each insert; ``None`` when the
+    batch carries no row kinds (every row an insert). What an operator that
+    takes inserts only says of a batch (:meth:`Operator.rejected_rows
+    <operators.Operator.rejected_rows>`)."""
+    index = batch.schema.get_field_index(ROW_KIND)
+    if index < 0:
+        return None
+    inserts = pc.fill_null(pc.equal(batch.column(index), RowKind.INSERT.value), False)
+    return pc.if_else(inserts, pa.scalar(None, pa.string()), pa.scalar(reason, pa.string()))

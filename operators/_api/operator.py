@@ -13,6 +13,8 @@ import pyarrow as pa
 
 from encoding import TableSchema
 from operators._api.changelog import RowKind, row_kinds
+from operators._api.dirty import InputPolicy, UnknownRetractions, unknown_retraction_error
+from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators.typing import Logger
 from statestore import ConsistencyMode, StateTable, TableMeta
 
@@ -68,6 +70,12 @@ class OperatorContext(abc.ABC):
     #: Counters the operator adds to; summed over partitions per batch.
     metrics: dict[str, int]
     log: Logger
+    #: How the stage treats dirty input, and the names its messages give
+    #: (operators/_api/dirty.py); the runner and the harness set it per stage.
+    policy: InputPolicy = InputPolicy()
+    #: The first retraction of a row the operator does not hold that the
+    #: batch met, as ``(side, row)``: the example of the stage's one warning.
+    unknown_example: tuple[int, tuple[Any, ...]] | None = None
 
     @abc.abstractmethod
     def table(self, name: str) -> StateTable:
@@ -122,6 +130,29 @@ class OperatorContext(abc.ABC):
         """Add ``n`` to the counter ``metric``."""
         self.metrics[metric] = self.metrics.get(metric, 0) + n
 
+    def retracted_unknown(
+        self,
+        side: int,
+        row: Sequence[Any],
+        key: Sequence[Any] | None = None,
+        n: int = 1,
+        metric: str = UNKNOWN_RETRACTIONS,
+    ) -> bool:
+        """Report ``n`` retractions of rows the operator does not hold on
+        input ``side`` (``row`` one of them, ``key`` its key): counted in
+        ``metric``; under the ``fail`` policy an
+        :class:`~operators.errors.InputError` naming the source, key and
+        row. Returns whether to apply them (``apply``); under ``drop`` the
+        operator does nothing more with them, and the first is the example
+        of the stage's warning."""
+        self.count(metric, n)
+        policy = self.policy.unknown_retractions
+        if policy is UnknownRetractions.FAIL:
+            raise unknown_retraction_error(self.policy, side, row, key)
+        if self.unknown_example is None:
+            self.unknown_example = (side, tuple(row))
+        return policy is UnknownRetractions.APPLY
+
 
 class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either one
     """A stateful stream operator over state tables.
@@ -162,6 +193,15 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
     #: without ``generateUpdateBefore``. A pipeline refuses to feed such a
     #: stream to a stage that :attr:`needs_update_before`.
     output_upsert_key: tuple[str, ...] | None = None
+    #: The columns each input must be partitioned by so that the rows the
+    #: operator relates (one group, one join key) meet in one partition: one
+    #: tuple per input, all of one length and type; ``()`` for every input
+    #: when it relates every row (a global top-N, run as a keyless stage). A
+    #: stage given no ``keys=`` partitions by these, and refuses keys that
+    #: would part rows the operator relates (any column outside them, or
+    #: none). ``None``, the default: the operator does not say, and each
+    #: stage running it must be given ``keys=``, taken as they are.
+    partition_keys: tuple[tuple[str, ...], ...] | None = None
     #: Whether the operator needs the ``-U`` row before each ``+U`` of its
     #: inputs (it retracts the row a ``-U`` names). Every built-in operator
     #: does; an operator that reads an upsert stream by its key says
@@ -213,6 +253,16 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
         query can never use (an inner join's null-key rows) before its
         watermark sees them; an operator that drops rows the same way says so
         here, so that its watermark is Spark's."""
+        return None
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """Why each row of an input batch is one the operator cannot take
+        (a string per row, null where it can take it), or ``None`` (the
+        default): it can take every row that has its columns and a known
+        row kind. Under ``bad_rows="set_aside"`` the runner sets such rows
+        aside before :meth:`process_batch` sees the batch
+        (docs/dirty-input.md); under ``"fail"`` the operator refuses them as
+        it always does, with an :class:`~operators.errors.InputError`."""
         return None
 
     def open(self, ctx: OperatorContext) -> None:  # noqa: B027 - optional hook

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from encoding import Row, key_equal_values
 from operators._api.changelog import ROW_KIND, RowKind, kinds_in
+from operators._api.operator import OperatorContext
 from operators.errors import InputError
 from statestore import StateTable
 
@@ -25,6 +26,7 @@ __all__ = [
     "key_tuples",
     "net_changes",
     "pylists",
+    "report_unheld",
     "signs",
     "unheld",
 ]
@@ -170,3 +172,19 @@ def unheld(after: pa.Array | pa.ChunkedArray) -> int:
     below zero that :func:`add_counts` returns, added up."""
     below = pc.if_else(pc.greater(after, 0), 0, pc.negate(after))
     return int(pc.sum(below).as_py() or 0)
+
+
+def report_unheld(
+    ctx: OperatorContext, rows: pa.Table, after: pa.Array | pa.ChunkedArray, key_width: int
+) -> None:
+    """Report to the stage's policy the retractions that went beyond what a
+    multiplicity table held (``rows``, each row's count ``after`` the batch;
+    its first ``key_width`` columns the partition key): the table dropped
+    them already, as a count cannot go below zero, so ``apply`` and
+    ``drop`` come to one; ``fail`` raises. The example is the first such row."""
+    unknown = unheld(after)
+    if not unknown:
+        return
+    at = pc.index(pc.less(after, 0), True).as_py()
+    row = tuple(rows.slice(at, 1).to_pylist()[0].values())
+    ctx.retracted_unknown(0, row, row[:key_width], unknown)

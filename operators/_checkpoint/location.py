@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
+from operators._checkpoint.dead_letters import DEAD_LETTERS
 from operators._checkpoint.journal import RUNNER, BatchRecord, Journal, QueryShape
 from operators.errors import InputError
 from statestore import (
@@ -111,7 +112,9 @@ class StateLocation:
 
     def operators(self) -> list[str]:
         """The operators that hold state here."""
-        return [d for d in self._dirs("") if d != RUNNER and not d.startswith(".")]
+        return [
+            d for d in self._dirs("") if d not in (RUNNER, DEAD_LETTERS) and not d.startswith(".")
+        ]
 
     def operator(self, name: str | None) -> str:
         """``name`` checked, or the only operator when ``name`` is ``None``."""

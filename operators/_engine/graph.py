@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND
+from operators._api.dirty import BadRows, InputPolicy, UnknownRetractions
 from operators._api.operator import Operator
 from operators._api.watermark import Watermark
+from operators._engine.stage_keys import check_stage_keys, stage_keys
 from operators._engine.watermark import DELAY_KEY, StageInputs
 from operators.errors import InputError
 
@@ -123,6 +125,9 @@ class Stage:
     inputs: tuple[StageInput, ...]
     sequence: str | None
     sides_in_turn: bool
+    #: The stage's own dirty-input settings (``None``: the query's).
+    unknown_retractions: UnknownRetractions | None = None
+    bad_rows: BadRows | None = None
 
     @property
     def name(self) -> str:
@@ -163,7 +168,11 @@ class PipelineGraph:
         rows).
 
         A ``row_kind`` column makes it a changelog (else every row is an
-        insert). ``sequence`` names the integer column that orders its rows.
+        insert). ``sequence`` names the integer column that orders its rows:
+        it is not data, so the stream's :attr:`~Stream.schema` leaves it out
+        and an operator built from that schema neither stores nor emits it
+        (an operator that needs it, as the FK join does, declares it among
+        its input columns and gets it).
         The event-time watermark is taken from ``withWatermark`` on the frame
         (Spark records the delay on the column) unless ``watermark`` gives
         one."""
@@ -198,30 +207,41 @@ class PipelineGraph:
         if sequence is not None:
             _check_sequence(name, schema, sequence)
         self.sources.append(Source(name, frame, schema, changelog, watermark))
-        return Stream(self, name, schema, len(self.sources) - 1, False, sequence)
+        data = pa.schema([f for f in schema if f.name != sequence])
+        return Stream(self, name, data, len(self.sources) - 1, False, sequence)
 
     def stage(
         self,
         operator: Operator,
         *inputs: Stream,
-        keys: Sequence[str] | Sequence[Sequence[str]],
+        keys: Sequence[str] | Sequence[Sequence[str]] | None = None,
         sequence: str | None = None,
         sides_in_turn: bool = False,
         drop_null_keys: bool | Sequence[bool] = False,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        bad_rows: BadRows | str | None = None,
     ) -> Stream:
         """Run ``operator`` over ``inputs`` (one stream per operator input),
         its rows partitioned by ``keys`` (one list for every side, or one per
         side, of one length and one type); the stage's output stream.
+        Without ``keys`` the stage takes the operator's
+        :attr:`~operators.Operator.partition_keys`; keys that would put rows
+        the operator relates in different partitions (columns outside them,
+        or none when it declares some) are refused (:mod:`operators._engine.stage_keys`).
         ``keys=()`` makes a keyless stage: all its rows go to partition 0 of
         one task and its state is one partition, whatever the query's
-        partition count (a global top-N or aggregate, as Spark runs one).
+        partition count (a global top-N, as Spark runs one).
 
         Each input's rows are ordered by its stream's sequence column, else
         by ``sequence`` (default: the operator's ``sequence_column``), at one
         number retractions first; a stage's output without one comes in the
         order its partitions emitted it. ``drop_null_keys`` (per side, or for all) leaves
-        out rows whose key has a null: they can meet no other row."""
+        out rows whose key has a null: they can meet no other row.
+        ``unknown_retractions`` (``"drop"``, ``"fail"``, ``"apply"``) and
+        ``bad_rows`` (``"fail"``, ``"set_aside"``) set how this stage treats
+        dirty input (docs/dirty-input.md); ``None``: as the query says."""
         label = f"stage {operator.name!r}"
+        policy = InputPolicy.of(unknown_retractions, bad_rows, operator.name)
         if operator.name in {s.name for s in self.stages}:
             raise InputError(
                 f"the pipeline has a stage named {operator.name!r} already; each stage keeps "
@@ -236,7 +256,7 @@ class PipelineGraph:
                 raise InputError(f"{label}: its inputs must be streams of this pipeline")
             upstream = self.stages[stream.index] if stream.is_stage else None
             _check_update_before(label, operator, upstream)
-        key_lists = _key_lists(keys, len(inputs), label)
+        key_lists = stage_keys(operator, keys, len(inputs), label)
         nulls = (
             [bool(drop_null_keys)] * len(inputs)
             if isinstance(drop_null_keys, bool)
@@ -253,7 +273,7 @@ class PipelineGraph:
             zip(inputs, operator.inputs, key_lists, strict=True)
         ):
             where = f"input {side} ({stream.name!r}) of {label}"
-            _check_declared(where, stream.schema, declared)
+            _check_declared(where, self.columns(stream), declared)
             missing = [c for c in cols if c not in stream.schema.names]
             if missing:
                 raise InputError(
@@ -262,7 +282,8 @@ class PipelineGraph:
             key_types.append([stream.schema.field(c).type for c in cols])
             order = stream.sequence or sequence
             if order is not None:
-                _check_sequence(where, stream.schema, order)
+                _check_sequence(where, self.columns(stream), order)
+        check_stage_keys(operator, key_lists, label)
         for types in key_types[1:]:
             if not all(same_type(a, b) for a, b in zip(key_types[0], types, strict=True)):
                 raise InputError(
@@ -277,11 +298,19 @@ class PipelineGraph:
             ),
             sequence,
             sides_in_turn,
+            None if unknown_retractions is None else policy.unknown_retractions,
+            None if bad_rows is None else policy.bad_rows,
         )
         self.stages.append(stage)
         return Stream(self, operator.name, operator.output, len(self.stages) - 1, True)
 
     # -- reading ------------------------------------------------------------------------
+
+    def columns(self, stream: Stream) -> pa.Schema:
+        """Every column the rows of ``stream`` carry: its schema, and a
+        source's sequence column too (which orders the rows but is not in
+        :attr:`Stream.schema`)."""
+        return stream.schema if stream.is_stage else self.sources[stream.index].schema
 
     def consumers(self, stream: Stream) -> list[int]:
         """The stages that read ``stream``."""
@@ -334,31 +363,27 @@ class PipelineGraph:
             for stage in self.stages
         ]
 
+    def input_policy(
+        self,
+        stage: Stage,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        bad_rows: BadRows | str | None = None,
+    ) -> InputPolicy:
+        """How ``stage`` treats dirty input: its own settings, else the
+        query's (``unknown_retractions``, ``bad_rows``), else the defaults;
+        with the names its messages give (each input's stream)."""
+        query = InputPolicy.of(unknown_retractions, bad_rows, stage.name)
+        return InputPolicy(
+            stage.unknown_retractions or query.unknown_retractions,
+            stage.bad_rows or query.bad_rows,
+            stage.name,
+            tuple(i.stream.name for i in stage.inputs),
+        )
+
     def sequenced(self, stage: Stage) -> list[str | None]:
         """The column ordering each input of ``stage`` (the stream's own, else
         the stage's), ``None`` where it has none."""
         return [i.stream.sequence or stage.sequence for i in stage.inputs]
-
-
-def _key_lists(
-    keys: Sequence[str] | Sequence[Sequence[str]], sides: int, label: str
-) -> list[list[str]]:
-    """One list of key columns per side (a flat list serves every side); an
-    empty list, or one empty list per side, for a keyless stage."""
-    if isinstance(keys, str):
-        keys = [keys]
-    if keys is None:
-        raise InputError(f"{label}: give its key columns, or keys=() for a keyless stage")
-    if all(isinstance(k, str) for k in keys):
-        lists = [[str(k) for k in keys]] * sides
-    else:
-        lists = [[str(c) for c in k] for k in keys if not isinstance(k, str)]
-    if len(lists) != sides or len({len(k) for k in lists}) != 1:
-        raise InputError(
-            f"{label}: give its key columns once, or once per input ({sides}), each list "
-            f"of one length (keys=() for a keyless stage); got {keys!r}"
-        )
-    return lists
 
 
 def _check_update_before(label: str, operator: Operator, upstream: Stage | None) -> None:

@@ -13,8 +13,10 @@ import pyarrow as pa
 
 from encoding import PartitionLocal, TableSchema
 from operators._api.changelog import ROW_KIND, RowKind, kind_symbols
+from operators._api.dirty import BadRows, InputPolicy
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._engine.spark_hash import spark_partition
+from operators._engine.dead_letters import SET_ASIDE, letters, row_faults
 from operators.errors import InputError
 from statestore import StateTable, get_logger
 
@@ -51,37 +53,38 @@ def state_tables(operator: Operator) -> list[TableSchema]:
     return [*tables, TIMERS]
 
 
-def check_input(operator: Operator, side: int, batch: pa.RecordBatch) -> None:
+def check_input(
+    operator: Operator, side: int, batch: pa.RecordBatch, where: str | None = None
+) -> None:
     """Raise :class:`InputError` unless ``batch`` has every column of input
-    ``side`` with its type, and valid row kinds."""
+    ``side`` with its type, and valid row kinds. ``where`` names the input
+    as the user named it (``source 'users' (input 1 of stage 'join')``)."""
     if not 0 <= side < len(operator.inputs):
         raise InputError(
             f"operator {operator.name!r} has {len(operator.inputs)} input(s); got side {side}"
         )
+    where = where or f"input {side} of operator {operator.name!r}"
     expected = operator.inputs[side]
     for fld in expected:
         index = batch.schema.get_field_index(fld.name)
         if index < 0:
-            raise InputError(
-                f"input {side} of operator {operator.name!r} has no column {fld.name!r}; "
-                f"it has {batch.schema.names}"
-            )
+            raise InputError(f"{where} has no column {fld.name!r}; it has {batch.schema.names}")
         actual = batch.schema.field(index).type
         if actual != fld.type:
             raise InputError(
-                f"column {fld.name!r} of input {side} of operator {operator.name!r} has "
-                f"type {actual}, expected {fld.type}; cast it first"
+                f"column {fld.name!r} of {where} has type {actual}, expected {fld.type}; "
+                "cast it first"
             )
         if not fld.nullable and batch.column(index).null_count:
             raise InputError(
-                f"column {fld.name!r} of input {side} of operator {operator.name!r} "
-                "holds nulls but is declared not nullable"
+                f"column {fld.name!r} of {where} holds nulls but is declared not nullable "
+                "(bad_rows='set_aside' sets such rows aside)"
             )
     unknown = kind_symbols(batch) - {k.value for k in RowKind}
     if unknown:
         raise InputError(
-            f"input {side} of operator {operator.name!r}: unknown row kind(s) "
-            f"{sorted(map(repr, unknown))}; a changelog row is '+I', '-U', '+U' or '-D'"
+            f"{where}: unknown row kind(s) {sorted(map(repr, unknown))}; a changelog row is "
+            "'+I', '-U', '+U' or '-D' (bad_rows='set_aside' sets such rows aside)"
         )
 
 
@@ -99,9 +102,11 @@ class BatchRun(OperatorContext):
         processing_time: int | None = None,
         log: Any | None = None,
         partition_count: int = 1,
+        policy: InputPolicy | None = None,
     ) -> None:
         self.operator = operator
         self.partition_count = partition_count
+        self.policy = InputPolicy(stage=operator.name) if policy is None else policy
         self._tables = {k: v for k, v in tables.items() if k != TIMERS.name}
         self._timers = tables[TIMERS.name]
         self.batch_id = batch_id
@@ -122,6 +127,9 @@ class BatchRun(OperatorContext):
         self._update_ns = 0
         self._removal_ns = 0
         self._opened = False
+        #: The rows set aside (``bad_rows="set_aside"``), as dead letters
+        #: without batch and stage (operators/_dead_letters.py).
+        self.set_aside: list[dict[str, Any]] = []
 
     # -- the context ---------------------------------------------------------------
 
@@ -196,12 +204,32 @@ class BatchRun(OperatorContext):
             self.operator.open(self)
 
     def process(self, side: int, batch: pa.RecordBatch) -> None:
-        """Feed one input batch (checked first) to the operator."""
-        check_input(self.operator, side, batch)
+        """Feed one input batch (checked first) to the operator: under
+        ``bad_rows="set_aside"`` without the rows it cannot take, which are
+        set aside; else such a row fails the batch."""
+        if self.policy.bad_rows is BadRows.SET_ASIDE and 0 <= side < len(self.operator.inputs):
+            batch = self._without_bad_rows(side, batch)
+        check_input(self.operator, side, batch, self.policy.where(side))
         self._open()
         started = time.perf_counter_ns()
         self.operator.process_batch(self, batch, side)
         self._update_ns += time.perf_counter_ns() - started
+
+    def _without_bad_rows(self, side: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` without the rows the operator cannot take, which go to
+        :attr:`set_aside` and count in ``numRowsSetAside``."""
+        reasons = row_faults(self.operator.inputs[side], batch)
+        own = self.operator.rejected_rows(batch, side)
+        if own is not None:
+            reasons = [
+                r if r is not None else o for r, o in zip(reasons, own.to_pylist(), strict=True)
+            ]
+        bad = sum(r is not None for r in reasons)
+        if not bad:
+            return batch
+        self.set_aside += letters(self.policy.sources, self.partition_id, side, batch, reasons)
+        self.count(SET_ASIDE, bad)
+        return batch.filter(pa.array([r is None for r in reasons]))
 
     def fire_timers(self) -> int:
         """Fire every due timer in time order (event time up to the watermark,

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from encoding import TableSchema
 from operators._api.changelog import RowKind, row_kinds
-from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import Operator, OperatorContext
 from operators._fk_join.spec import FK, HASH, RESPONSE_SEQUENCE, FkJoinSpec
 from operators.errors import InputError, RunnerError
@@ -58,6 +58,8 @@ class SubscriptionStage(Operator):
     def __init__(self, join: FkJoinSpec) -> None:
         self.join = join
         self.name = f"{join.name}-subscriptions"
+        # The left rows by their FK meet the right rows of that key.
+        self.partition_keys = ((FK,), (join.right_key,))
         keys = [join.left.field(k) for k in join.left_key]
         digest = pa.field(HASH, pa.binary(), nullable=False)
         self.inputs = [join.keyed_input(), join.with_sequence(join.right)]
@@ -85,6 +87,18 @@ class SubscriptionStage(Operator):
         self._made: dict[int, int] = {}
         #: Per partition in a run of subscriptions: what it read at once.
         self._runs: dict[int, _SubscriptionReads] = {}
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """The right table is keyed by its key: a right row with a null key
+        is a row this stage cannot take."""
+        if side != 1:
+            return None
+        nulls = pc.is_null(batch.column(self.join.right_key))
+        return pc.if_else(
+            nulls,
+            pa.scalar(f"null right key {self.join.right_key!r}"),
+            pa.scalar(None, pa.string()),
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # Batches in progress belong to this process; a pickled copy starts empty.
@@ -172,6 +186,9 @@ class SubscriptionStage(Operator):
         right = ctx.table("right")
         if kind.is_retract:
             if right.delete_key((fk,)) is None:
+                # A right row the table does not hold: nothing to apply (Kafka
+                # ignores it); the stage's policy counts it (or fails).
+                ctx.retracted_unknown(1, new, (fk,))
                 return
             answer = self._no_right
         else:
@@ -252,6 +269,8 @@ class ResultStage(Operator):
     def __init__(self, join: FkJoinSpec) -> None:
         self.join = join
         self.name = f"{join.name}-results"
+        # A left row meets the responses for its key K.
+        self.partition_keys = (join.left_key, join.left_key)
         fk = pa.field(FK, join.fk_type)
         digest = pa.field(HASH, pa.binary(), nullable=False)
         self.inputs = [join.keyed_input(), SubscriptionStage(join).output]
@@ -329,7 +348,8 @@ class ResultStage(Operator):
             # Kafka's left table is keyed by K: a tombstone deletes K, whatever
             # the row it held, and one for a K it does not hold does nothing.
             if stored is None:
-                ctx.count(UNKNOWN_RETRACTIONS)
+                # Nothing to apply under any policy: K holds no row.
+                ctx.retracted_unknown(0, row[: self._width], key)
                 return
             if stored[self._width + 1] != row[self._width + 1]:
                 ctx.count(MISMATCHED_RETRACTIONS)

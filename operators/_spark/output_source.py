@@ -140,9 +140,10 @@ class OutputSource(DataSource):
         schema = OutputFiles(options.path).schema()
         if schema is None:
             raise InputError(
-                f"relstate-output: {options.path} holds no output yet (no "
-                "_relstate/schema.arrow): start the writing query first, or give the "
-                "schema with .schema(...)"
+                f"relstate-output: start the query that writes {options.path} first, or give "
+                "the schema with .schema(...): it holds no output yet (no "
+                "_relstate/schema.arrow, which the writer records as it starts). "
+                "ParquetSink(path).read_stream(spark) says so before Spark does"
             )
         if BATCH in schema.names:
             raise InputError(

@@ -320,7 +320,7 @@ class QueryPlan:
         keys: list[list[str]] = []
         for side, (inp, order) in enumerate(zip(stage.inputs, orders, strict=True)):
             stream = inp.stream
-            columns = list(stream.schema.names)
+            columns = list(self.pipeline.columns(stream).names)
             # A stage run in this job: its metadata rows come along, to be handed on.
             fused = stream.is_stage and stream.index in self.fused
             named: Callable[[str], str]

@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind
+from operators._api.dirty import BadRows, UnknownRetractions, warn_unknown_retractions
 from operators._api.operator import Operator
 from operators._api.watermark import Watermark
+from operators._checkpoint.dead_letters import DEAD_LETTERS, DeadLetters
 from operators._checkpoint.journal import BatchRecord, Journal, QueryShape, StageShape
 from operators._checkpoint.location import StateLocation
 from operators._engine.graph import PipelineGraph, Stream
@@ -49,7 +51,8 @@ from operators._spark.plan import (
     quoted,
     source_column,
 )
-from operators._spark.session import without_adaptive_execution
+from operators._spark.session import quiet_query_errors, without_adaptive_execution
+from operators._spark.sinks import ParquetSink
 from operators._spark.task import (
     META,
     ORDER,
@@ -115,6 +118,11 @@ class QueryOptions(TypedDict, total=False):
     journal records it before the batch's first run, so a batch run again
     keeps it); by default the wall clock. Tests use it to replay another
     run's batch times.
+    ``unknown_retractions`` (``"drop"``, the
+    default, ``"fail"``, ``"apply"``) and ``bad_rows`` (``"fail"``, the
+    default, ``"set_aside"``) say how the stages that set nothing of their
+    own treat dirty input (docs/dirty-input.md); ``dead_letters`` is
+    where rows set aside go (default: ``<state location>/dead-letters``).
     """
 
     store_config: StoreConfig | None
@@ -123,6 +131,9 @@ class QueryOptions(TypedDict, total=False):
     state_location: str | None
     progress: Progress | None
     clock: Callable[[int], int] | None
+    unknown_retractions: UnknownRetractions | str | None
+    bad_rows: BadRows | str | None
+    dead_letters: str | None
 
 
 # -- the driver -------------------------------------------------------------------------
@@ -184,7 +195,7 @@ class _Driver:
         self.fused = self.layout.fused
         self.passing = self.layout.passing
         for index, (side, _) in self.passing.items():
-            schema = pipeline.stages[index].inputs[side].stream.schema
+            schema = pipeline.columns(pipeline.stages[index].inputs[side].stream)
             self.plans[index] = replace(self.plans[index], passes_on=(side, schema))
         #: Each planned stage's task, as the UDF column ``mapInArrow`` applies.
         self.udfs: dict[int, Column] = {}
@@ -205,12 +216,18 @@ class _Driver:
         #: connection (and a new JVM thread) every batch.
         self.planner = ThreadPoolExecutor(1, thread_name_prefix="relstate-plan")
         self.winner_lock = threading.Lock()
+        #: Sets Spark's query-error log back once a stopped query's
+        #: InputError is raised (quiet_query_errors).
+        self.restore_logs: Callable[[], None] | None = None
+        #: Where the stages that set bad rows aside write them (``None``: none does).
+        self.dead_letters: DeadLetters | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
             self._batch(batch, batch_id)
         except InputError as exc:
             self.error = exc
+            self.restore_logs = quiet_query_errors(batch.sparkSession)
             raise
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -237,6 +254,8 @@ class _Driver:
         with without_adaptive_execution(batch.sparkSession):
             metas, jobs_ms = self._run_stages(batch, batch_id, previous, marks, processing_time)
         fault("runner.driver_after_sink")
+        if self.dead_letters is not None:
+            self._set_aside(batch_id, metas)
         record = self._record(batch_id, previous, watermark, marks, metas)
         # The batch record decides; the stores' winner records, written after
         # it, are for readers that load a version without naming a commit.
@@ -272,6 +291,22 @@ class _Driver:
             for s, a, b in zip(stages, after, marks, strict=True)
         ):
             self.journal.request_batch(record.batch_id + 1)
+
+    def _set_aside(self, batch_id: int, metas: dict[str, list[dict[str, Any]]]) -> None:
+        """Write the batch's dead letters of each stage that sets rows
+        aside, before the batch is recorded: a run of it again rewrites
+        them in place (and removes those a run with fewer left)."""
+        assert self.dead_letters is not None
+        for plan in self.plans:
+            if plan.policy.bad_rows is not BadRows.SET_ASIDE:
+                continue
+            name = plan.operator.name
+            rows = [
+                r
+                for m in sorted(metas.get(name, []), key=lambda m: int(m["partition"]))
+                for r in m.get("set_aside", [])
+            ]
+            self.dead_letters.write(batch_id, name, rows)
 
     def settle(self) -> None:
         """Wait until the winner records of the last batch this driver
@@ -446,6 +481,15 @@ class _Driver:
                     f"batch {batch_id}, stage {name!r}: tasks committed partitions {got}, "
                     f"expected 0..{partitions - 1}; the batch is not recorded and runs again"
                 )
+            examples = [m["unknown_example"] for m in committed[name] if "unknown_example" in m]
+            if examples:
+                totals: dict[str, int] = {}
+                for m in committed[name]:
+                    for k, v in m["metrics"].items():
+                        totals[k] = totals.get(k, 0) + int(v)
+                side, row = examples[0]
+                policy = self.plans[index].policy
+                warn_unknown_retractions(self.log, policy, batch_id, totals, (side, row))
         return committed
 
     def _plan_stage(
@@ -774,6 +818,9 @@ class RelstateQuery:
 
     def _raise_input_error(self) -> None:
         if self._driver.error is not None:
+            restore, self._driver.restore_logs = self._driver.restore_logs, None
+            if restore is not None:
+                restore()
             raise self._driver.error from None
 
     def __getattr__(self, name: str) -> Any:
@@ -841,6 +888,9 @@ def start(
     query_name = options.get("query_name")
     state_location = options.get("state_location")
     progress = options.get("progress")
+    unknown_retractions = options.get("unknown_retractions")
+    bad_rows = options.get("bad_rows")
+    dead_letters = options.get("dead_letters")
     outputs = [(output, sink), *more_outputs]
     pipeline.check_complete([o for o, _ in outputs])
     harness_only = [s.name for s in pipeline.sources if s.frame is None]
@@ -901,11 +951,12 @@ def start(
                 operator=stage.operator,
                 location=location,
                 partitions=count,
-                side_columns=[list(i.stream.schema.names) for i in stage.inputs],
+                side_columns=[list(pipeline.columns(i.stream).names) for i in stage.inputs],
                 event_times=event_times,
                 store=replace(store, partition_count=count),
                 index=len(plans),
                 log=current_log_config(),
+                policy=pipeline.input_policy(stage, unknown_retractions, bad_rows),
             )
         )
     journal.bind_shape(QueryShape(tuple(shapes), partitions))
@@ -935,8 +986,17 @@ def start(
     stream = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     if progress is None and sys.stderr.isatty():
         progress = _console_line
+    for written, each in outputs:
+        if isinstance(each, ParquetSink):
+            # Before the first batch: a query that reads the output (started
+            # before the writer's first batch is done) knows its columns.
+            each.write_schema(_sink_schema(pipeline.stages[written.index].operator))
     driver = _Driver(pipeline, outputs, plans, journal, max(store.retain_versions, 2), progress)
     driver.ticking = ticking
+    if any(p.policy.bad_rows is BadRows.SET_ASIDE for p in plans):
+        driver.dead_letters = DeadLetters(
+            *filesystem_for(dead_letters or f"{location}/{DEAD_LETTERS}")
+        )
     if query_name:
         driver.query_name = query_name
     writer = stream.writeStream.foreachBatch(driver).option(
@@ -954,7 +1014,7 @@ def start(
 def run_operator(
     inputs: DataFrame | Sequence[DataFrame],
     operator: Operator,
-    keys: Sequence[str] | Sequence[Sequence[str]],
+    keys: Sequence[str] | Sequence[Sequence[str]] | None,
     partitions: int,
     checkpoint: str,
     sink: BatchSink,
@@ -967,7 +1027,10 @@ def run_operator(
 
     ``keys`` are the key columns (one list per input for two inputs; the
     inputs' keys must have one type, in order); rows with equal keys meet in
-    one task. ``partitions`` is fixed for the life of the checkpoint.
+    one task. ``None`` takes the operator's
+    :attr:`~operators.Operator.partition_keys`, and keys that would part
+    rows the operator relates are refused (:meth:`Pipeline.stage
+    <operators.Pipeline.stage>`). ``partitions`` is fixed for the life of the checkpoint.
     ``checkpoint`` holds Spark's own stream checkpoint (``checkpoint/spark``)
     and, unless the ``state_location`` option is given, the operator's state
     (``checkpoint/state``). ``sink`` receives each batch's output (with the

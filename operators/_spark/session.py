@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_spark", "register_sources", "without_adaptive_execution"]
+__all__ = ["local_spark", "quiet_query_errors", "register_sources", "without_adaptive_execution"]
 
 
 def local_spark(app: str, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -74,3 +74,35 @@ def without_adaptive_execution(session: SparkSession) -> Iterator[None]:
         yield
     finally:
         session.conf.set(key, before)
+
+
+#: The logger that prints a stopped query's error, with the whole Python
+#: traceback of the ``foreachBatch`` call, as the query stops.
+_QUERY_ERRORS = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+
+
+def quiet_query_errors(session: SparkSession) -> Callable[[], None]:
+    """Keep Spark's own log of a query stopped by a relstate
+    :class:`~operators.errors.InputError` off the console: the error that
+    ``awaitTermination`` raises is what the user sees, once, rather than
+    after a page of Java and Python traceback. Returns what sets the
+    logger back (once the query has stopped and its error is raised); where
+    the JVM's logging cannot be set, nothing changes."""
+    from py4j.protocol import Py4JError
+
+    jvm = session.sparkContext._jvm
+    if jvm is None:
+        return lambda: None
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        manager = jvm.org.apache.logging.log4j.LogManager
+        before = manager.getLogger(_QUERY_ERRORS).getLevel()
+        configurator.setLevel(_QUERY_ERRORS, jvm.org.apache.logging.log4j.Level.OFF)
+    except Py4JError:
+        return lambda: None
+
+    def restore() -> None:
+        with suppress(Py4JError):
+            configurator.setLevel(_QUERY_ERRORS, before)
+
+    return restore

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from operators._spark.output_files import OutputFiles
 from operators._spark.session import register_sources
+from operators.errors import InputError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,5 +44,26 @@ class ParquetSink(OutputFiles):
     def read(self, spark: SparkSession) -> DataFrame:
         """Every committed batch's output, with its ``batch`` column (through
         the ``relstate-output`` data source)."""
+        self._check_schema()
         register_sources(spark)
         return spark.read.format("relstate-output").load(self.path)
+
+    def read_stream(self, spark: SparkSession, **options: str) -> DataFrame:
+        """A stream of each committed batch's output, once, in order (the
+        ``relstate-output`` data source; ``options`` are its own, such as
+        ``maxBatchesPerTrigger``). Started before the writer's first batch
+        is done, it reads nothing until that batch is committed; the writer
+        records the columns as it starts, and before then this refuses
+        with an :class:`~operators.errors.InputError` that says what to do."""
+        self._check_schema()
+        register_sources(spark)
+        return spark.readStream.format("relstate-output").options(**options).load(self.path)
+
+    def _check_schema(self) -> None:
+        """Refuse to read an output whose columns are not known yet."""
+        if self.schema() is None:
+            raise InputError(
+                f"start the query that writes {self.path} first: its columns are not known "
+                "until that query has started (it records them then), and nothing is there "
+                "yet. A reader started after it waits for its first batch"
+            )

@@ -16,13 +16,14 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind
+from operators._api.dirty import InputPolicy
 from operators._api.operator import Operator
 from operators._engine.graph import same_type
 from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
@@ -109,6 +110,8 @@ class StagePlan:
     #: How the task orders its input rows before the operator sees them
     #: (``None``: as they come); the input then carries the columns it sorts by.
     order: RowOrder | None = None
+    #: How the stage treats dirty input (operators/_dirty.py).
+    policy: InputPolicy = field(default_factory=InputPolicy)
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ def _run(
         batch.previous_watermark,
         batch.processing_time,
         partition_count=plan.partitions,
+        policy=plan.policy,
     )
     max_time: dict[str, int] = {}
     part = None
@@ -286,6 +290,12 @@ def _run(
     }
     if part is not None:
         meta["part"] = part
+    if run.set_aside:
+        # The driver writes them to the dead-letter table before it records the batch.
+        meta["set_aside"] = run.set_aside
+    if run.unknown_example is not None:
+        # The example of the stage's one warning of the batch (the driver's).
+        meta["unknown_example"] = [run.unknown_example[0], repr(run.unknown_example[1])]
     yield _meta_rows(schema, [*handed_on, json.dumps(meta)])
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from operators._checkpoint.dead_letters import DEAD_LETTERS, DeadLetters
 from operators._checkpoint.location import StateLocation
 from operators._checkpoint.read import READ, metadata, read_rows
 from operators.errors import InputError
@@ -88,6 +89,11 @@ def describe(
             f"batches recorded: {batches[0]}..{batches[-1]} (latest committed {batches[-1]}, "
             f"watermark {watermark})"
         )
+    dead = DeadLetters(location.fs, posixpath.join(location.root, DEAD_LETTERS))
+    set_aside = dead.counts(batches[-1] if batches else None)
+    if set_aside:
+        listed = ", ".join(f"{stage} {n}" for stage, n in sorted(set_aside.items()))
+        out.append(f"rows set aside (in {DEAD_LETTERS}/): {listed}")
     meta = metadata(location, batch_id).to_pylist()
     shown = operators if operator is None else [location.operator(operator)]
     for name in shown:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import KeyColumn, TableSchema, key_equal_values
-from operators._api.metrics import UNKNOWN_RETRACTIONS
+from operators._api.changelog import non_inserts
 from operators._api.operator import Operator, OperatorContext
 from operators._api.relational import (
     Pending,
@@ -35,8 +35,8 @@ from operators._api.relational import (
     key_tuples,
     net_changes,
     pylists,
+    report_unheld,
     signs,
-    unheld,
 )
 from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
@@ -117,6 +117,7 @@ class GroupAggregate(Operator):
             check_names(schema, row_key, "row_key")
         self.name = name
         self.key_columns = tuple(group_by)
+        self.partition_keys = (self.key_columns,)
         self.aggregates = list(aggregates)
         self.having = having
         self.changelog = changelog
@@ -200,6 +201,12 @@ class GroupAggregate(Operator):
         self.tables = tables
 
     # -- a batch ------------------------------------------------------------------------
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """Built for an append-only input, a retraction is a row it cannot take."""
+        if self.changelog:
+            return None
+        return non_inserts(batch, "a retraction in an append-only input (changelog=False)")
 
     def open(self, ctx: OperatorContext) -> None:
         """A micro-batch begins: nothing gathered yet."""
@@ -360,9 +367,7 @@ class GroupAggregate(Operator):
         names = table.schema.columns.names[:-1]
         rows = pa.table(net.columns[:-1], names=names)
         _, after = add_counts(table, rows, net.column("__s_sum"))
-        unknown = unheld(after)
-        if unknown:
-            ctx.count(UNKNOWN_RETRACTIONS, unknown)
+        report_unheld(ctx, rows, after, self.layout.keys)
 
     def _apply_distinct(
         self,

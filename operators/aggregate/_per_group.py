@@ -11,7 +11,6 @@ import pyarrow as pa
 
 from encoding import Row
 from operators._api.changelog import RowKind
-from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import OperatorContext
 from operators._api.relational import key_tuples
 from operators.aggregate._functions import Kind
@@ -76,13 +75,14 @@ def finish_per_group(
 ) -> None:
     """Write each touched group's new state and emit its result's change."""
     out: dict[RowKind, list[Row]] = {k: [] for k in RowKind}
-    unknown = 0
+    unknown, example = 0, None
     deltas = {n: touched.column(n) for n in touched.folded.column_names if not n.startswith("__g")}
     for group, (key, old) in enumerate(zip(touched.keys, stored, strict=True)):
         rows = (0 if old is None else old[layout.keys]) + deltas["__s_sum"][group]
         old_result = None if old is None else _visible(layout, _result(layout, old))
         if rows <= 0:
             unknown -= min(rows, 0)
+            example = key if example is None and rows < 0 else example
             if old is not None:
                 results.delete(old)
             if old_result is not None:
@@ -109,7 +109,9 @@ def finish_per_group(
                 out[RowKind.UPDATE_BEFORE].append(old_result)
             out[RowKind.UPDATE_AFTER].append(new_result)
     if unknown:
-        ctx.count(UNKNOWN_RETRACTIONS, unknown)
+        # A group holds counts, not rows: its row count would go below zero.
+        assert example is not None
+        ctx.retracted_unknown(0, example, example, unknown)
     # Groups are independent: each kind goes out as one batch, a group's
     # -U before its +U.
     for kind in (RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.INSERT):

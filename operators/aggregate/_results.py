@@ -21,9 +21,8 @@ import pyarrow.compute as pc
 
 from encoding import Row
 from operators._api.changelog import RowKind
-from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import OperatorContext
-from operators._api.relational import aligned, key_tuples, pylists
+from operators._api.relational import aligned, key_tuples, pylists, report_unheld
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
@@ -161,9 +160,9 @@ def finish_in_arrow(
             )
     new = pa.table(new_columns, schema=state_schema)
     alive = pc.greater(rows, 0)
-    unknown = pc.sum(pc.if_else(alive, 0, pc.negate(rows))).as_py() or 0
-    if unknown:
-        ctx.count(UNKNOWN_RETRACTIONS, unknown)
+    # A group holds counts, not rows: a retraction is known to be of a row
+    # it does not hold when the group's row count would go below zero.
+    report_unheld(ctx, keys, rows, k)
     old_result = _result(old, aggregates, output, k, specials)
     new_result = _result(new, aggregates, output, k, specials)
     old_visible, new_visible = found, alive

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from encoding import Row, TableSchema
 from operators._api.changelog import RowKind, row_kinds
+from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import Operator, OperatorContext
 from operators._api.ttl import expired, expiry_time
 from operators.dedup._columns import (
@@ -52,7 +53,7 @@ _EXPIRES = "__expires_at"
 #: Metrics. Duplicates and unknown retractions count the same with and
 #: without mini-batch.
 DROPPED = "numDroppedDuplicateRows"
-UNKNOWN = "numRetractionsOfUnknownKeys"
+UNKNOWN = UNKNOWN_RETRACTIONS
 IDENTICAL = "numSuppressedIdenticalRows"
 FOLDED = "numFoldedRows"
 
@@ -115,6 +116,7 @@ class Deduplicate(Operator):
             raise InputError(f"state_ttl_ms is a positive number of ms or None, got {state_ttl_ms}")
         self.name = name
         self.key = list(key)
+        self.partition_keys = (tuple(key),)
         self.keep_last = keep == "last"
         self.order_by = order_by
         self.update_before = generate_update_before
@@ -245,16 +247,21 @@ class Deduplicate(Operator):
             stored_rows = table.get_rows([g[0][0] for g in groups])
             writes = _Writes()
         counts = dict.fromkeys((DROPPED, UNKNOWN, IDENTICAL, FOLDED), 0)
+        example: _Arrival | None = None  # the first retraction of an unknown key
         for i, group in enumerate(groups):
             key = group[0][0]
             stored = stored_rows[i] if stored_rows is not None else table.get_row(key)
             visible = first_visible = self._visible(stored, now)
             final: State = KEEP
             dropped = dict.fromkeys((DROPPED, UNKNOWN, IDENTICAL), 0)
-            for _, row, kind in group:
+            for arrival in group:
+                _, row, kind = arrival
                 emitted, state = self._rule(visible, row, kind)
                 if not emitted:
-                    dropped[self._dropped_as(kind)] += 1
+                    why = self._dropped_as(kind)
+                    dropped[why] += 1
+                    if why is UNKNOWN and example is None:
+                        example = arrival
                 for out_kind, out_row in emitted:
                     ctx.emit(out_row, out_kind)
                 if state is not KEEP:
@@ -276,8 +283,18 @@ class Deduplicate(Operator):
             counts[FOLDED] += len(every) - duplicates - unknown - decided
         if writes is not None:
             writes.apply(table, expiry)
+        unknown = counts.pop(UNKNOWN)
         for name, n in counts.items():
             ctx.count(name, n)
+        if unknown:
+            # Nothing to apply: a key with no row has nothing to retract.
+            # (Folded away in mini-batch mode, the example is a row of its key.)
+            key, row, _ = example or next(
+                (a for g in groups for a in g if a[2].is_retract), groups[0][0]
+            )
+            ctx.retracted_unknown(0, row, key, unknown)
+        else:
+            ctx.count(UNKNOWN, 0)
 
     def _dropped_as(self, kind: RowKind) -> str:
         """The counter of a row the rules drop: a retraction drops only when

@@ -28,6 +28,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from encoding import TableSchema, key_equal_values
+from operators._api.changelog import non_inserts
 from operators._api.operator import Operator, OperatorContext
 from operators._api.ttl import live_from
 from operators.dedup._columns import (
@@ -75,6 +76,7 @@ class _FirstRowPerKey(Operator):
                 )
         self.name = name
         self.columns = list(columns)
+        self.partition_keys = (tuple(columns),)
         #: Where each column of the state key comes from among ``columns``.
         self.state_order = list(range(len(columns)))
         self.event_time = event_time
@@ -90,6 +92,10 @@ class _FirstRowPerKey(Operator):
             pa.field(c, pa.int64(), nullable=False) if c == self.event_time else schema.field(c)
             for c in self.columns
         ]
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """Spark's deduplication is append-only: a retraction is a row it cannot take."""
+        return non_inserts(batch, "a retraction in an append-only deduplication input")
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Late rows out, then one multi-get for the batch's distinct keys; the

@@ -30,6 +30,8 @@ class RunningAggregate(Operator):
     def __init__(self, key_type: pa.DataType | None = None, name: str = "running_aggregate"):
         key_type = pa.string() if key_type is None else key_type
         self.name = name
+        # Rows of one key meet in one partition: the stage's key when keys= is left out.
+        self.partition_keys = (("key",),)
         self.inputs = [pa.schema([("key", key_type), ("value", pa.int64())])]
         self.output = pa.schema([("key", key_type), ("count", pa.int64()), ("total", pa.int64())])
         self.tables = [
@@ -57,8 +59,9 @@ class RunningAggregate(Operator):
         sign = 1 if kind.is_accumulate else -1
         count, total = count + sign, total + sign * (value or 0)
         if old is None and sign < 0:
-            ctx.count("retractionsOfUnknownKeys")
-            ctx.log.warning("running_aggregate.unknown_retraction", key=repr(key))
+            # A retraction of a key it does not hold: the stage's policy counts
+            # it and warns (or fails); there is no row to take it from.
+            ctx.retracted_unknown(side, row, (key,))
             return
         new = (key, count, total)
         if old is None:

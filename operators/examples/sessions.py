@@ -44,6 +44,8 @@ class Sessions(Operator):
             raise InputError(f"the session gap is a number of milliseconds >= 0, got {gap}")
         self.gap = gap
         self.name = name
+        # A user's sessions are one user's rows.
+        self.partition_keys = (("user",),)
         ts = pa.timestamp("us")
         self.inputs = [
             pa.schema(

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import key_equal_values
-from operators._api.changelog import RowKind, kinds_in
+from operators._api.changelog import RowKind, kinds_in, non_inserts
 from operators._api.metrics import (
     EVICTED,
     EVICTION_TIME,
@@ -88,6 +88,8 @@ class AppendJoin(Operator):
         self.name = name
         spec = JoinSpec.of(join_type, left, right, left_keys, right_keys)
         self.join_type = spec.join_type
+        # Rows with one join key meet: each side by its keys.
+        self.partition_keys = spec.keys
         self.outer_sides: tuple[int, ...] = tuple(s for s in (0, 1) if spec.is_outer(s))
         self.time = time
         self.condition = condition
@@ -143,6 +145,10 @@ class AppendJoin(Operator):
         if run is None:
             run = self._runs[id(ctx)] = _Run(ctx.batch_id << 32)
         return run
+
+    def rejected_rows(self, batch: pa.RecordBatch, side: int) -> pa.Array | None:
+        """It joins append-only inputs: a retraction is a row it cannot take."""
+        return non_inserts(batch, "a retraction in an append-only join input")
 
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """Drop late rows, join the rest with the other side's state, store

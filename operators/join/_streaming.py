@@ -103,6 +103,8 @@ class StreamingJoin(Operator):
     ) -> None:
         self.spec = JoinSpec.of(join_type, left, right, left_keys, right_keys)
         self.name = name
+        # Rows with one join key meet: each side by its keys.
+        self.partition_keys = self.spec.keys
         self.condition = condition
         self.null_safe = null_safe
         self.inputs = [left, right]
@@ -265,6 +267,7 @@ class StreamingJoin(Operator):
         emit = ctx.emit
         gain, lose = self._gain, self._lose
         pairs = self._pairs
+        unknown, unknown_metric = ctx.retracted_unknown, side_metric(view.name, UNKNOWN_RETRACTIONS)
         for row, key, kind in zip(rows, keys, kinds, strict=True):
             found = find(ctx, row, key)
             candidates: Sequence[H] = () if not null_safe and None in key else records(ctx, key)
@@ -274,7 +277,9 @@ class StreamingJoin(Operator):
                 continue
             if not accumulate:
                 if found is None:
-                    ctx.count(side_metric(view.name, UNKNOWN_RETRACTIONS))
+                    # Unknown: the stage's policy says whether to apply it (Flink).
+                    if not unknown(side, row, key, 1, unknown_metric):
+                        continue
                 else:  # with a unique key, retract what is stored under it
                     row = view.row(found)
             matches = (

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
+from operators._api.dirty import InputPolicy, UnknownRetractions
 from operators._api.operator import Operator
 from operators._engine.task import BatchRun, state_metrics, state_tables
 from operators.errors import InputError
@@ -77,8 +78,18 @@ class OperatorHarness:
         partition_id: int = 0,
         consistency: ConsistencyMode | str | None = None,
         partition_count: int = 1,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        policy: InputPolicy | None = None,
     ) -> None:
         self.operator = operator
+        #: How the operator treats dirty input (operators/_dirty.py):
+        #: ``policy``, else the default with ``unknown_retractions``.
+        self.policy = policy or InputPolicy.of(unknown_retractions, None, operator.name)
+        #: The first retraction of an unknown row the last committed batch
+        #: met (``(side, row)``), if any.
+        self.last_unknown_example: tuple[int, tuple[Any, ...]] | None = None
+        #: The rows the last committed batch set aside (``bad_rows="set_aside"``).
+        self.last_set_aside: list[dict[str, Any]] = []
         self.partition_id = partition_id
         self.partition_count = partition_count
         schemas = state_tables(operator)
@@ -151,6 +162,7 @@ class OperatorHarness:
                 self.watermark,
                 self.processing_time,
                 partition_count=self.partition_count,
+                policy=self.policy,
             )
         return self._run
 
@@ -279,6 +291,7 @@ class OperatorHarness:
             previous,
             self.processing_time,
             partition_count=self.partition_count,
+            policy=self.policy,
         )
         emitted: list[Emitted] = []
         for side, batch in runs:
@@ -306,6 +319,8 @@ class OperatorHarness:
         version = self.batch_id
         self._state.commit(version)
         self.last_metrics = metrics
+        self.last_unknown_example = run.unknown_example
+        self.last_set_aside = run.set_aside
         self._watermarks[version] = self.watermark
         self._committed = version
         self.batch_id += 1

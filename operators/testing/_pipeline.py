@@ -24,7 +24,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators._api.changelog import ROW_KIND, RowKind, row_kinds
+from operators._api.changelog import ROW_KIND, RowKind
+from operators._api.dirty import BadRows, UnknownRetractions, warn_unknown_retractions
+from operators._checkpoint.dead_letters import DeadLetters
 from operators._engine.graph import PipelineGraph, Stage
 from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
 from operators._engine.spark_hash import spark_partition
@@ -32,6 +34,7 @@ from operators._engine.task import output_schema
 from operators._engine.watermark import max_event_time, query_watermark, stage_watermarks
 from operators.errors import InputError
 from operators.testing._operator import Emitted, OperatorHarness
+from statestore import filesystem_for, get_logger
 
 __all__ = ["PipelineHarness"]
 
@@ -50,6 +53,9 @@ class PipelineHarness:
         partitions: int | Sequence[int],
         backend: str = "memory",
         tie_break: random.Random | None = None,
+        unknown_retractions: UnknownRetractions | str | None = None,
+        bad_rows: BadRows | str | None = None,
+        dead_letters: str | None = None,
     ) -> None:
         if not pipeline.stages:
             raise InputError("a pipeline needs at least one stage")
@@ -73,13 +79,26 @@ class PipelineHarness:
         counts = [s.partitions(n) for s, n in zip(pipeline.stages, counts, strict=True)]
         self.pipeline = pipeline
         self.tie_break = tie_break
+        #: Each stage's dirty-input policy (the query's settings given here).
+        self.policies = [
+            pipeline.input_policy(s, unknown_retractions, bad_rows) for s in pipeline.stages
+        ]
         self.harnesses: list[list[OperatorHarness]] = [
             [
-                OperatorHarness(s.operator, backend, partition_id=p, partition_count=n)
+                OperatorHarness(
+                    s.operator, backend, partition_id=p, partition_count=n, policy=policy
+                )
                 for p in range(n)
             ]
-            for s, n in zip(pipeline.stages, counts, strict=True)
+            for s, n, policy in zip(pipeline.stages, counts, self.policies, strict=True)
         ]
+        self.log = get_logger(__name__)
+        #: Every row the stages set aside so far, as the dead-letter table
+        #: holds them; written there too when ``dead_letters`` names a directory.
+        self.set_aside: list[dict[str, Any]] = []
+        self.dead_letters = (
+            None if dead_letters is None else DeadLetters(*filesystem_for(dead_letters))
+        )
         self._delays = pipeline.watermark_delays()
         self._stage_inputs = pipeline.watermark_inputs()
         #: The greatest event time seen per source, and the query's watermark.
@@ -193,12 +212,15 @@ class PipelineHarness:
                 seqs = table.column("__ord").to_pylist()
             else:
                 seqs = [None] * table.num_rows
-            kinds = [k.value for k in row_kinds(table)]
+            # As given: a row of an unknown kind is the operator's to refuse or set aside.
+            kinds = table.column(ROW_KIND).to_pylist()
             for row, (key, seq, kind) in enumerate(zip(keys, seqs, kinds, strict=True)):
                 if inp.drop_null_keys and any(v is None for v in key):
                     continue
                 routed[spark_partition(key, types, n)].append((side, seq, kind, row))
         metrics: dict[str, int] = {}
+        example: tuple[int, str] | None = None
+        set_aside: list[dict[str, Any]] = []
         emitted: list[pa.Table] = []
         for partition, (harness, rows) in enumerate(
             zip(self.harnesses[index], routed, strict=True)
@@ -220,8 +242,19 @@ class PipelineHarness:
             out = harness.run_batch(runs, watermark, processing_time)
             for name, value in harness.last_metrics.items():
                 metrics[name] = metrics.get(name, 0) + value
+            set_aside += harness.last_set_aside
+            unknown = harness.last_unknown_example
+            if example is None and unknown is not None:
+                example = (unknown[0], repr(unknown[1]))
             emitted.append(_as_table(stage, out, partition << _ORDER_BITS))
         self.last_metrics[stage.name] = metrics
+        warn_unknown_retractions(self.log, self.policies[index], self.batch_id, metrics, example)
+        if self.policies[index].bad_rows is BadRows.SET_ASIDE:
+            self.set_aside += [
+                {**r, "batch_id": self.batch_id, "stage": stage.name} for r in set_aside
+            ]
+            if self.dead_letters is not None:
+                self.dead_letters.write(self.batch_id, stage.name, set_aside)
         return pa.concat_tables(emitted)
 
 

@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from encoding import KeyColumn, PartitionLocal, Row, TableSchema
 from operators._api.changelog import RowKind
-from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators._api.operator import Operator, OperatorContext
 from operators._api.relational import (
     Pending,
@@ -32,8 +31,8 @@ from operators._api.relational import (
     check_names,
     key_tuples,
     net_changes,
+    report_unheld,
     signs,
-    unheld,
 )
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
@@ -90,6 +89,7 @@ class TopN(Operator):
             check_names(schema, row_key, "row_key")
         self.name = name
         self.key_columns = tuple(partition_by)
+        self.partition_keys = (self.key_columns,)
         self.order_by = order
         self.limit = limit
         self.offset = offset
@@ -154,9 +154,7 @@ class TopN(Operator):
                 if all(table.keys.encode(keys[i]) > boundary for i in at):
                     continue  # every change sorts past a full top: it cannot change
             before[partition] = top
-        unknown = unheld(add_counts(table, rows, deltas)[1])
-        if unknown:
-            ctx.count(UNKNOWN_RETRACTIONS, unknown)
+        report_unheld(ctx, rows, add_counts(table, rows, deltas)[1], self._p)
         left: list[Row] = []
         entered: list[Row] = []
         for partition, top in before.items():

@@ -43,6 +43,7 @@ class SegmentRevenue(RunningAggregate):
     def __init__(self) -> None:
         super().__init__(pa.string(), name="revenue")
         self.inputs = [pa.schema([("c_segment", pa.string()), ("o_amount", pa.int64())])]
+        self.partition_keys = (("c_segment",),)
 
 
 def build(pipeline: Pipeline, orders: Stream, customers: Stream) -> tuple[Stream, Stream]:

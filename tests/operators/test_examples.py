@@ -165,10 +165,10 @@ class TestRunningAggregate:
         self, make_harness: Callable[[Any], OperatorHarness]
     ) -> None:
         """A retraction of a key with no rows emits nothing, changes no state and
-        is counted as retractionsOfUnknownKeys."""
+        is counted as numRetractionsOfUnknownRows."""
         h = make_harness(RunningAggregate())
         assert h.process_element(("zz", 1), "-D") == []
-        assert h.metrics["retractionsOfUnknownKeys"] == 1
+        assert h.metrics["numRetractionsOfUnknownRows"] == 1
         h.commit()
         assert h.last_metrics["numTotalStateRows"] == 0
 

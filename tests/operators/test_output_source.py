@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from operators import InputError
 from operators._spark.output_files import COMMITTED_DIR, SCHEMA_FILE
 from operators._spark.runner import run_operator
 from operators._spark.sinks import ParquetSink
@@ -149,8 +150,15 @@ class TestTableRead:
 # -- a relstate query and a second query reading its output as a stream ------------
 
 
-def _write(spark: Any, root: Path, sink: Any, trigger_files: int = 1) -> Any:
-    """Run RunningAggregate over every source file not yet read (availableNow)."""
+def _write(
+    spark: Any,
+    root: Path,
+    sink: Any,
+    trigger_files: int = 1,
+    trigger: dict[str, Any] | None = None,
+) -> Any:
+    """Run RunningAggregate over every source file not yet read (availableNow,
+    unless ``trigger`` says otherwise)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     stream = (
@@ -166,7 +174,7 @@ def _write(spark: Any, root: Path, sink: Any, trigger_files: int = 1) -> Any:
         checkpoint=str(root / "checkpoint"),
         sink=sink,
         sequence_column="seq",
-        trigger={"availableNow": True},
+        trigger=trigger or {"availableNow": True},
     )
 
 
@@ -247,6 +255,46 @@ class TestStreamRead:
         # The table read agrees with the stream read.
         table = [r.asDict() for r in sink.read(spark).collect()]
         assert _by_batch(table) == reference(orders)
+
+    def test_a_reader_may_start_first(
+        self, spark: Any, tmp_path: Path, orders: list[pa.Table]
+    ) -> None:
+        """A follower started after the writer but before its first batch
+        reads an empty stream, then each batch once it is committed; one
+        started before any writer is refused with an InputError whose first
+        line says to start the writer."""
+        sink = ParquetSink(str(tmp_path / "out"))
+        with pytest.raises(InputError) as refused:
+            sink.read_stream(spark)
+        assert (
+            str(refused.value)
+            .splitlines()[0]
+            .startswith(f"start the query that writes {sink.path} first")
+        )
+        (tmp_path / "source").mkdir()
+        writer = _write(spark, tmp_path, sink, trigger={"processingTime": "1 second"})
+
+        def keep(df: Any, reader_batch: int) -> None:
+            df.write.mode("overwrite").parquet(
+                str(tmp_path / "followed" / f"reader_batch={reader_batch}")
+            )
+
+        follower = (
+            sink.read_stream(spark, maxBatchesPerTrigger="1")
+            .writeStream.foreachBatch(keep)
+            .option("checkpointLocation", str(tmp_path / "follower-checkpoint"))
+            .start()
+        )
+        try:
+            follower.processAllAvailable()
+            assert _followed(tmp_path) == [] and sink.committed() == []
+            _add_source(tmp_path, orders, 0)
+            writer.processAllAvailable()
+            follower.processAllAvailable()
+            assert _by_batch(_followed(tmp_path)) == reference(orders)
+        finally:
+            follower.stop()
+            writer.stop()
 
     def test_an_uncommitted_batch_is_read_once_committed(
         self, spark: Any, tmp_path: Path, orders: list[pa.Table]

@@ -156,12 +156,16 @@ class TestBuildErrors:
 
     def test_keyless_stage(self) -> None:
         """keys=() makes a keyless stage (one partition in a query of any
-        count); keys given for one side only, or as None, are refused, and
-        the harness refuses more than one partition for a keyless stage."""
+        count); keys given for one side only, or left out for an operator
+        that declares none, are refused, and the harness refuses more than
+        one partition for a keyless stage."""
         pipeline = Pipeline()
         stream = pipeline.source(pa.schema([("key", pa.string()), ("value", pa.int64())]), "s")
         keyed = pipeline.stage(RunningAggregate(), stream, keys=["key"])
-        pipeline.stage(RunningAggregate(name="all"), stream, keys=())
+        every = _Lagging("all")
+        every.inputs = [stream.schema]
+        every.output = stream.schema
+        pipeline.stage(every, stream, keys=())
         keyless = pipeline.stages[1]
         assert keyless.keyless and keyless.partitions(4) == 1
         assert not pipeline.stages[0].keyless and pipeline.stages[0].partitions(4) == 4
@@ -170,7 +174,7 @@ class TestBuildErrors:
         with pytest.raises(InputError, match="each list of one length"):
             pipeline.stage(pair, stream, keyed, keys=[[], ["key"]])
         with pytest.raises(InputError, match=r"keys=\(\) for a keyless stage"):
-            pipeline.stage(RunningAggregate(name="none"), stream, keys=None)  # type: ignore[arg-type]
+            pipeline.stage(_Lagging("none"), stream)
         with pytest.raises(InputError, match=r"keyless stage\(s\) \['all'\] run on one partition"):
             PipelineHarness(pipeline, [3, 3])
         with PipelineHarness(pipeline, [3, 1]) as harness:
@@ -331,3 +335,42 @@ def test_append_join_passes_on_its_state_watermark() -> None:
     )
     assert join.output_watermark(None) is None
     assert join.output_watermark(100_000) == 100_000 - 10_000 - 1
+
+
+class TestSequenceColumn:
+    def test_a_sources_sequence_is_not_data(self) -> None:
+        """A source's sequence= column orders its rows but is not in its
+        stream's schema: a join built from the streams neither stores nor
+        emits it, and a -D with another sequence number than its +I finds
+        the row; an operator that declares the column still gets it."""
+        from operators.join import StreamingJoin
+
+        users = pa.schema([("id", pa.int64()), ("name", pa.string()), ("seq", pa.int64())])
+        pipeline = Pipeline()
+        left = pipeline.source(users, "left", sequence="seq")
+        right = pipeline.source(users, "right", sequence="seq")
+        assert left.schema.names == ["id", "name"]
+        join = StreamingJoin("inner", left.schema, right.schema, ["id"], ["id"], right_prefix="r_")
+        joined = pipeline.stage(join, left, right)
+        assert joined.schema.names == ["id", "name", "r_id", "r_name"]
+        echo = _Lagging("echo")
+        echo.inputs = [users]
+        echo.output = users
+        pipeline.stage(echo, left, keys=["id"])
+
+        def rows(*given: tuple[str, int, str, int]) -> pa.Table:
+            return pa.Table.from_pylist(
+                [{"row_kind": k, "id": i, "name": n, "seq": s} for k, i, n, s in given],
+                schema=users.append(KINDS),
+            )
+
+        with PipelineHarness(pipeline, 2) as harness:
+            harness.run_batch({"left": rows(("+I", 1, "a", 1)), "right": rows(("+I", 1, "b", 2))})
+            out = harness.run_batch({"left": rows(("-D", 1, "a", 7))})
+            assert out["join"].to_pylist() == [
+                {"id": 1, "name": "a", "r_id": 1, "r_name": "b", "row_kind": "-D"}
+            ]
+            assert out["echo"].column("seq").to_pylist() == [7]
+            assert "left.numRetractionsOfUnknownRows" not in harness.last_metrics["join"]
+            stored = [h.table("left").schema.columns.names for h in harness.harnesses[0]]
+            assert all("seq" not in names for names in stored)

@@ -191,7 +191,7 @@ class TestChangelogMiniBatch:
             assert out == [(UB, (2, 5)), (UA, (2, 6)), (D, (3, 1))]
             h.commit()
             assert list(h.table("rows").scan()) == [(2, 6)]
-            assert h.last_metrics["numRetractionsOfUnknownKeys"] == 1
+            assert h.last_metrics["numRetractionsOfUnknownRows"] == 1
 
 
 class TestRowTime:
@@ -440,7 +440,7 @@ class TestMetrics:
             assert out == [(INS, (7, 1))]
             h.commit()
             m = h.last_metrics
-            assert m["numRetractionsOfUnknownKeys"] == 2
+            assert m["numRetractionsOfUnknownRows"] == 2
             assert m["numDroppedDuplicateRows"] == 0
             assert (m["numOutputRows"], m["numUpdatedStateRows"]) == (1, 1)
 

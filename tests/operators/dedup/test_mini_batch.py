@@ -63,7 +63,7 @@ def random_batches(
 
 
 #: Counters that count the same rows with and without mini-batch.
-SAME_IN_BOTH_MODES = ("numDroppedDuplicateRows", "numRetractionsOfUnknownKeys")
+SAME_IN_BOTH_MODES = ("numDroppedDuplicateRows", "numRetractionsOfUnknownRows")
 
 
 def decided(emitted: list[Emitted], metrics: dict[str, int]) -> int:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from operators._api.changelog import RowKind
+from operators._api.dirty import InputPolicy
 from operators.errors import InputError
 from operators.join import JoinType, StreamingJoin, ViewKind
 from operators.testing import Emitted, OperatorHarness
@@ -404,10 +405,11 @@ class TestMetrics:
     def test_retraction_of_an_unknown_row(
         self, make_harness: Callable[[StreamingJoin], OperatorHarness]
     ) -> None:
-        """A retraction of a row never stored is counted; it retracts pairs
-        with inner rows (as Flink does) but none with an outer row that has no
-        association, which has no pair."""
+        """Under unknown_retractions='apply', a retraction of a row never
+        stored is counted; it retracts pairs with inner rows (as Flink does)
+        but none with an outer row that has no association, which has no pair."""
         h = make_harness(pairs_join(JoinType.RIGHT))
+        h.policy = InputPolicy.of("apply", None, "join")
         h.process_element((1, "x"), INS, R)
         h.process_element((2, "b"), INS, L)
         assert h.process_element((1, "a"), DEL, L) == []
@@ -415,6 +417,30 @@ class TestMetrics:
         assert h.metrics["left.numRetractionsOfUnknownRows"] == 1
         assert h.metrics["right.numRetractionsOfUnknownRows"] == 1
         assert list(h.table("right").scan()) == [(1, "x", 1, 0)]
+
+    @pytest.mark.parametrize("policy", ["drop", "fail"])
+    def test_retraction_of_an_unknown_row_dropped_or_refused(
+        self, make_harness: Callable[[StreamingJoin], OperatorHarness], policy: str
+    ) -> None:
+        """Under 'drop' (the default) a retraction of a row never stored
+        emits nothing and is counted, its row the example of the warning;
+        under 'fail' it is an InputError naming the input, key and row."""
+        h = make_harness(pairs_join(JoinType.RIGHT))
+        h.policy = InputPolicy.of(policy, None, "join", ["orders", "users"])
+        h.process_element((2, "b"), INS, L)
+        if policy == "fail":
+            with pytest.raises(
+                InputError,
+                match=r"source 'users' \(input 1 of stage 'join'\): a retraction of a row the "
+                r"stage does not hold with key \(2,\): \(2, 'y'\)",
+            ):
+                h.process_element((2, "y"), DEL, R)
+            return
+        assert h.process_element((2, "y"), DEL, R) == []
+        assert h.metrics["right.numRetractionsOfUnknownRows"] == 1
+        h.commit()
+        assert h.last_unknown_example == (R, (2, "y"))
+        assert list(h.table("left").scan()) == [(2, "b", 1)]  # as it was
 
     def test_every_counter(self, make_harness: Callable[[StreamingJoin], OperatorHarness]) -> None:
         """docs/operators/join.md, "Metrics": every counter of the changelog
@@ -427,7 +453,7 @@ class TestMetrics:
         h.process_element((3, "c"), DEL, L)
         h.commit()
         assert counters(h.last_metrics) == {
-            "numOutputRows": 7,
+            "numOutputRows": 6,  # the unknown -D (3, c) emits nothing (drop, the default)
             "numTotalStateRows": 3,
             "numUpdatedStateRows": 5,
             "numRemovedStateRows": 1,
