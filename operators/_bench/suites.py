@@ -28,6 +28,7 @@ SUITES: dict[str, str] = {
     "aggregate": "operators._bench.suite_aggregate",
     "topn": "operators._bench.suite_topn",
     "pipeline": "operators._bench.suite_pipeline",
+    "flink": "operators._bench.suite_flink",
 }
 
 
