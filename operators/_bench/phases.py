@@ -90,6 +90,10 @@ class PhaseTimer:
 
         return call
 
+    def reset(self) -> None:
+        """Start counting again from zero (a run's set-up left out)."""
+        self.seconds.update(dict.fromkeys(PHASES, 0.0))
+
     @contextmanager
     def installed(self) -> Iterator[PhaseTimer]:
         """The timers in place on the layers' classes, removed on exit.

@@ -30,7 +30,7 @@ from operators._bench.versus import Comparison, SuiteResult, runs
 from operators._changelog import ROW_KIND, row_kinds
 from operators.testing import Emitted, OperatorHarness
 
-__all__ = ["ROUNDS", "configurations", "run"]
+__all__ = ["ROUNDS", "Measured", "Rounds", "configurations", "run", "summarise"]
 
 #: Counted rounds: each runs every workload on every side, the sides'
 #: order reversed from one round to the next.
@@ -67,7 +67,7 @@ def _env(name: str) -> str:
 
 
 @dataclass
-class _Times:
+class Rounds:
     """One workload's timings over the rounds."""
 
     relstate: list[float] = field(default_factory=list)
@@ -81,13 +81,21 @@ class _Times:
 
 
 def _relstate(
-    work: Workload, path: Path, kept: list[pa.RecordBatch] | None = None
+    work: Workload,
+    path: Path,
+    kept: list[pa.RecordBatch] | None = None,
+    timer: PhaseTimer | None = None,
 ) -> tuple[float, list[Emitted]]:
     """Seconds to run the workload's micro-batches through one harness
     partition on RocksDB, commits included; with ``kept``, the Arrow
-    output goes there, and the rows emitted at commits are returned."""
+    output goes there, and the rows emitted at commits are returned. With
+    ``timer`` (installed), its phases count that time only: on return they
+    hold the run's."""
     harness = OperatorHarness(work.operator(), backend="rocksdb", path=path)
+    spent: dict[str, float] = {}
     try:
+        if timer is not None:
+            timer.reset()
         started = time.perf_counter()
         for micro in work.micro:
             for side, batch in micro:
@@ -98,10 +106,14 @@ def _relstate(
             if kept is None:
                 harness.output.clear()
         seconds = time.perf_counter() - started
+        if timer is not None:
+            spent = dict(timer.seconds)
         return seconds, list(harness.output)
     finally:
         harness.close()
         shutil.rmtree(path, ignore_errors=True)
+        if timer is not None:
+            timer.seconds.update(spent)
 
 
 def _read_floor(work: Workload, emitted: list[pa.RecordBatch]) -> float:
@@ -129,7 +141,7 @@ def _split(work: Workload, path: Path) -> tuple[float, dict[str, float]]:
     each phase's."""
     timer = PhaseTimer()
     with timer.installed():
-        seconds, _ = _relstate(work, path)
+        seconds, _ = _relstate(work, path, timer=timer)
     return seconds, dict(timer.seconds)
 
 
@@ -167,7 +179,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
             folders[source.name] = source.write(workdir / "in")
     configs = configurations()
     readings: list[tuple[str, str]] = [("load average before Flink starts", _load())]
-    times = {w.name: _Times() for w in works}
+    times = {w.name: Rounds() for w in works}
     chosen: dict[tuple[str, str], str] = {}
     splits: dict[str, tuple[float, dict[str, float]]] = {}
     floors: dict[str, float] = {}
@@ -220,7 +232,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                 progress(f"round {r + 1} of {rounds}: {work.name}")
                 t = times[work.name]
 
-                def flink_side(work: Workload = work, t: _Times = t) -> None:
+                def flink_side(work: Workload = work, t: Rounds = t) -> None:
                     for backend in _BACKENDS:
                         env = _env(chosen[(work.name, backend)])
                         seconds = flink.run(env, f"INSERT INTO bh_{work.name} {work.sql}")
@@ -229,7 +241,7 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                         flink.run(_env("heap"), f"INSERT INTO bh_scan_{work.name} {work.scan()}")
                     )
 
-                def relstate_side(work: Workload = work, t: _Times = t, r: int = r) -> None:
+                def relstate_side(work: Workload = work, t: Rounds = t, r: int = r) -> None:
                     t.relstate.append(_relstate(work, workdir / "rs" / f"{work.name}-{r}")[0])
 
                 sides = [relstate_side, flink_side]
@@ -239,71 +251,118 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
     progress("where relstate's time goes: one run with timers")
     for work in works:
         splits[work.name] = _split(work, workdir / "rs" / f"{work.name}-split")
+    measured = [
+        Measured(w.name, w.label, w.rows, times[w.name], chosen, splits[w.name], floors[w.name])
+        for w in works
+    ]
+    return summarise(measured, rows, rounds, scale, readings)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the suite measured of one workload."""
+
+    name: str
+    label: str
+    rows: int
+    times: Rounds
+    #: Flink's configuration per (workload, backend).
+    chosen: dict[tuple[str, str], str]
+    #: One run with the phase timers: its seconds and each phase's.
+    split: tuple[float, dict[str, float]]
+    #: Seconds of the smallest Python loop over the input and output.
+    floor: float
+
+    @property
+    def is_join(self) -> bool:
+        return self.name.startswith("join")
+
+
+def _us(seconds: float, rows: int) -> str:
+    return f"{seconds * 1e6 / rows:.2f}"
+
+
+def summarise(
+    measured: list[Measured],
+    rows: int,
+    rounds: int,
+    scale: int,
+    readings: list[tuple[str, str]],
+) -> SuiteResult:
+    """The suite's page from what it measured: the comparisons of medians,
+    tables of microseconds per row and of where relstate's time goes, and
+    every round as a reading."""
     comparisons: list[Comparison] = []
-    for work in works:
-        t = times[work.name]
-        kind = "join" if work.name.startswith("join") else "other"
-        per_row = {"relstate": median(t.relstate)}
+    per_row = [
+        "| workload | rows | relstate | Flink RocksDB | Flink heap | floor |",
+        "|---|---|---|---|---|---|",
+    ]
+    split = [
+        "| workload | relstate, timed run | operator and harness Python | "
+        + " | ".join(PHASES)
+        + " |",
+        "|---" * (3 + len(PHASES)) + "|",
+    ]
+    readings = list(readings)
+    for m in measured:
+        t = m.times
+        cells = [m.name, f"{m.rows:,}", _us(median(t.relstate), m.rows)]
         for backend in _BACKENDS:
-            best = chosen[(work.name, backend)]
+            best = m.chosen[(m.name, backend)]
             flink_runs = t.flink(backend)
-            heap_goal = _HEAP_GOALS[kind] if scale == 1 else None
-            goal = _ROCKSDB_GOAL if backend == "RocksDB" else heap_goal
+            heap_goal = _HEAP_GOALS["join" if m.is_join else "other"] if scale == 1 else None
             comparisons.append(
                 Comparison.of_runs(
-                    f"{work.name} vs Flink {backend}",
-                    work.rows,
+                    f"{m.name} vs Flink {backend}",
+                    m.rows,
                     t.relstate,
+                    # A round where the scan outran the query counts as 1 ms.
                     [max(f, 1e-3) for f in flink_runs],
                     f"Flink {best}",
-                    goal,
+                    _ROCKSDB_GOAL if backend == "RocksDB" else heap_goal,
                 )
             )
-            per_row[f"Flink {backend}"] = median(flink_runs)
+            cells.append(f"{_us(median(flink_runs), m.rows)} ({best})")
             readings.append(
                 (
-                    f"{work.name}: rounds, Flink {best} (query - scan)",
+                    f"{m.name}: rounds, Flink {best} (query - scan)",
                     ", ".join(
                         f"{q:.2f} - {s:.2f} = {q - s:.2f} s"
                         for q, s in zip(t.query[backend], t.scan, strict=True)
                     ),
                 )
             )
-        readings.append((f"{work.name}: rounds, relstate", runs(t.relstate)))
-        readings.append(
-            (
-                f"{work.name}: µs per changelog row (medians)",
-                ", ".join(f"{side} {s * 1e6 / work.rows:.2f}" for side, s in per_row.items()),
+        readings.append((f"{m.name}: rounds, relstate", runs(t.relstate)))
+        cells.append(_us(m.floor, m.rows))
+        per_row.append("| " + " | ".join(cells) + " |")
+        seconds, phases = m.split
+        own = seconds - sum(phases.values())
+        split.append(
+            "| "
+            + " | ".join(
+                [m.name, _us(seconds, m.rows), _us(own, m.rows)]
+                + [_us(phases[p], m.rows) for p in PHASES]
             )
+            + " |"
         )
-        seconds, phases = splits[work.name]
-        operator = seconds - sum(phases.values())
-        parts = [f"operator and harness Python {operator * 1e6 / work.rows:.2f}"]
-        parts += [f"{p} {phases[p] * 1e6 / work.rows:.2f}" for p in PHASES]
-        readings.append(
-            (
-                f"{work.name}: where relstate's time goes, µs per row (one run with timers, "
-                f"{seconds * 1e6 / work.rows:.2f} in all)",
-                ", ".join(parts),
-            )
-        )
-        readings.append(
-            (
-                f"{work.name}: floor, the smallest Python loop (read every input row, "
-                "build the emitted rows into Arrow), µs per row",
-                f"{floors[work.name] * 1e6 / work.rows:.2f}",
-            )
-        )
+    tables = (
+        "Microseconds per changelog row, medians over the rounds (Flink's: its "
+        "query less its scan; the configuration in brackets; the floor: the "
+        "smallest Python loop, see above):\n\n"
+        + "\n".join(per_row)
+        + "\n\nWhere relstate's time goes, microseconds per changelog row, from "
+        "one more run with the timers in:\n\n" + "\n".join(split)
+    )
     return SuiteResult(
         suite="flink",
         title="Changelog operators against Flink SQL",
-        description=_description(works, rows, rounds),
+        description=_description(measured, rows, rounds) + "\n" + tables,
         comparisons=comparisons,
         readings=readings,
     )
 
 
-def _description(works: list[Workload], rows: int, rounds: int) -> str:
+def _description(works: list[Measured], rows: int, rounds: int) -> str:
     labels = "\n".join(f"- `{w.name}`: {w.label}; {w.rows:,} changelog rows." for w in works)
     return f"""
 The changelog operators against Flink SQL (PyFlink `apache-flink==2.3.0`, Java 17,
