@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from encoding import key_equal_values
 from operators._changelog import RowKind
 from operators._operator import OperatorContext
-from operators._relational import add_counts, key_tuples, unheld
+from operators._relational import add_counts, key_tuples, run_starts, unheld
 from statestore import StateTable
 
 __all__ = ["top_n_batch"]
@@ -91,26 +91,12 @@ def _tops(stored: pa.RecordBatch, partition_columns: int, offset: int, limit: in
     n = rows.num_rows
     if n == 0:
         return rows
-    starts = np.zeros(n, dtype=bool)
-    starts[0] = True
-    for j in range(partition_columns):
-        starts[1:] |= _differs_from_previous(rows.column(j))
+    starts = run_starts(rows.columns[:partition_columns])
+    if not partition_columns:
+        starts[0] = True
     first = np.flatnonzero(starts)
     rank = np.arange(n) - first[np.cumsum(starts) - 1]
     return rows.filter(pa.array((rank >= offset) & (rank < offset + limit)))
-
-
-def _differs_from_previous(column: pa.ChunkedArray) -> Any:
-    """Per row after the first, whether its value is another than the row
-    before's, as keys compare (a null equals a null, a NaN a NaN)."""
-    values = key_equal_values(column.combine_chunks())
-    current, previous = values[1:], values[:-1]
-    both_null = pc.and_(pc.is_null(current), pc.is_null(previous))
-    differs = pc.fill_null(pc.not_equal(current, previous), True)
-    if pa.types.is_floating(values.type):
-        both_nan = pc.and_(pc.is_nan(current), pc.is_nan(previous))
-        differs = pc.and_(differs, pc.invert(pc.fill_null(both_nan, False)))
-    return pc.and_(differs, pc.invert(both_null)).to_numpy(zero_copy_only=False)
 
 
 def _difference(before: pa.Table, after: pa.Table) -> tuple[pa.Table, pa.Table]:
