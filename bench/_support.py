@@ -9,9 +9,9 @@ from typing import Any
 
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench.config import BenchConfig
+from bench.workloads import RawStore
 from encoding import TableSchema
-from operators._bench.config import BenchConfig
-from operators._bench.workloads import RawStore
 from statestore import ConsistencyMode, RocksDBBackend, StateTable
 
 ROWS = 100_000

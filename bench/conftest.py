@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
-from _support import COLUMNS, CONFIG, READS, ROWS, SCANS, Opener
 
+from bench._support import COLUMNS, CONFIG, READS, ROWS, SCANS, Opener
+from bench.data import epochs, key_samples, make_batch, prefix_samples, table_schema
+from bench.workloads import RawStore, insert_batch
 from encoding import KeyCodec, RowCodec, ValueLayout
-from operators._bench.data import epochs, key_samples, make_batch, prefix_samples, table_schema
-from operators._bench.workloads import RawStore, insert_batch
 from statestore import StateTable
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from operators._bench.append_join_workload import AppendWorkload, run_harness
+from bench.append_join_workload import AppendWorkload, run_harness
 
 WORKLOAD = AppendWorkload(rows=40_000)
 

@@ -108,7 +108,7 @@ def test_commit_changelog(
     """commit() of 10,000 changes as a changelog, against the state size."""
     b = built(size, 1_000_000)
     b.infos.clear()
-    benchmark.pedantic(b.commit, setup=b.change, rounds=15, iterations=1)
+    benchmark.pedantic(b.commit, setup=b.change, rounds=15, iterations=1)  # type: ignore[no-untyped-call]
     benchmark.extra_info.update(b.steps())
 
 
@@ -121,7 +121,7 @@ def test_commit_snapshot(
     (only the SST files the previous snapshot lacks are uploaded)."""
     b = built(size, 1)
     b.infos.clear()
-    benchmark.pedantic(b.commit, setup=b.change, rounds=8, iterations=1)
+    benchmark.pedantic(b.commit, setup=b.change, rounds=8, iterations=1)  # type: ignore[no-untyped-call]
     benchmark.extra_info.update(b.steps())
 
 
@@ -155,7 +155,7 @@ def test_load_1m(
         info = store.load(target)
         assert info.rebuilt and info.changelogs_replayed == changelogs
 
-    benchmark.pedantic(load, setup=fresh, rounds=5, iterations=1)
+    benchmark.pedantic(load, setup=fresh, rounds=5, iterations=1)  # type: ignore[no-untyped-call]
     for s in stores:
         s.close()
 
@@ -172,5 +172,5 @@ def test_changelog_replay(benchmark: BenchmarkFixture, tmp_path: Path) -> None:
         log = _changelog.decode(data)
         backend.write(log.writes, log.range_deletes)
 
-    benchmark.pedantic(replay, rounds=10, iterations=1)
+    benchmark.pedantic(replay, rounds=10, iterations=1)  # type: ignore[no-untyped-call]
     backend.close()

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from operators._bench.suite_dedup import events, schema
+from bench.suite_dedup import events, schema
 from operators.dedup import Deduplicate, DropDuplicates, DropDuplicatesWithinWatermark
 from operators.testing import OperatorHarness
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _support import COLUMNS, pedantic
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench._support import COLUMNS, pedantic
+from bench.data import rows_of, table_schema
 from encoding import KeyCodec, RowCodec
-from operators._bench.data import rows_of, table_schema
 
 SCHEMA = table_schema(COLUMNS)
 KEYS = KeyCodec(SCHEMA)

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench.suite_fkjoin import LEFT, RIGHT, _changelogs, _Plan
 from operators import FkJoin, Pipeline
-from operators._bench.suite_fkjoin import LEFT, RIGHT, _changelogs, _Plan
 from operators.testing import PipelineHarness
 
 ROUNDS = 5
@@ -54,7 +54,7 @@ def test_change_batch_through_both_stages(
     """One change batch through the subscriptions and results stages: the
     time should not grow with the tables."""
     harness, batches = loaded
-    benchmark.pedantic(
+    benchmark.pedantic(  # type: ignore[no-untyped-call]
         harness.run_batch, setup=lambda: ((next(batches),), {}), rounds=ROUNDS, iterations=1
     )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from operators._bench.join_workload import MicroBatch, changelog, make_join, run_dict, run_harness
+from bench.join_workload import MicroBatch, changelog, make_join, run_dict, run_harness
 from operators.join import JoinType
 
 ROWS = 50_000

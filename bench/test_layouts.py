@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
-from _support import EPOCH_ROWS, Opener, cycling, pedantic
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench._support import EPOCH_ROWS, Opener, cycling, pedantic
+from bench.data import table_schema
+from bench.workloads import get_each, insert_batch, scan_each
 from encoding import ValueLayout
-from operators._bench.data import table_schema
-from operators._bench.workloads import get_each, insert_batch, scan_each
 from statestore import StateTable
 
 WIDTHS = (4, 8, 16)

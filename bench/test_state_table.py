@@ -8,12 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _support import COLUMNS, EPOCH_ROWS, Opener, cycling, pedantic
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from encoding import KeyCodec, RowCodec, ValueLayout
-from operators._bench.data import rows_of, table_schema
-from operators._bench.workloads import (
+from bench._support import COLUMNS, EPOCH_ROWS, Opener, cycling, pedantic
+from bench.data import rows_of, table_schema
+from bench.workloads import (
     RawStore,
     get_each,
     get_many,
@@ -21,6 +20,7 @@ from operators._bench.workloads import (
     insert_rows,
     scan_each,
 )
+from encoding import KeyCodec, RowCodec, ValueLayout
 from statestore import ConsistencyMode, StateTable
 
 SCHEMA = table_schema(COLUMNS)

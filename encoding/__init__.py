@@ -13,8 +13,14 @@ from encoding._schema import (
     TableSchema,
     ValueLayout,
 )
-from encoding._value_columns import FORMAT_VERSION
-from encoding.errors import DecodingError, EncodingError, SchemaError, StateStoreError
+from encoding._value_columns import FORMAT_VERSION, Row
+from encoding.errors import (
+    DecodingError,
+    EncodingError,
+    RelstateError,
+    SchemaError,
+    StateStoreError,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -28,6 +34,8 @@ __all__ = [
     "NullOrder",
     "PartitionBy",
     "PartitionLocal",
+    "RelstateError",
+    "Row",
     "RowCodec",
     "SchemaError",
     "StateStoreError",

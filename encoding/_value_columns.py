@@ -77,6 +77,7 @@ _INT_CODES = {8: "b", 16: "h", 32: "i", 64: "q"}
 value_repr = reprlib.Repr()
 value_repr.maxstring = value_repr.maxother = 60
 
+#: A row as the codecs take and give it: its values in the schema's column order.
 Row = tuple[Any, ...]
 
 

@@ -1,25 +1,23 @@
 """What users run: the operator API, the Spark runner and its sinks.
 
-``operators.testing`` (the record-at-a-time harness) and ``operators.examples``
-are modules of their own. Importing this package does not import PySpark:
+``operators.testing`` (the harnesses that run operators and pipelines
+without Spark), ``operators.typing`` (the contract types) and
+``operators.examples`` are modules of their own; docs/layout.md says where
+the rest lives. Importing this package does not import PySpark:
 ``relstate inspect`` reads state where PySpark cannot be imported.
 """
 
-from operators._changelog import ROW_KIND, RowKind, row_kinds
-from operators._fk_join import FkJoin, run_fk_join
-from operators._operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._pipeline import Pipeline, Stream
-from operators._runner import (
-    BatchSummary,
-    QueryOptions,
-    RelstateQuery,
-    run_operator,
-    stage_progress,
-)
-from operators._sinks import BatchSink, ParquetSink
-from operators._spark import register_sources
-from operators._watermark import Watermark
+from operators._api.changelog import ROW_KIND, RowKind, row_kinds
+from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._api.watermark import Watermark
+from operators._engine.graph import Stream
+from operators._fk_join.join import FkJoin
+from operators._spark.pipeline import Pipeline, run_fk_join
+from operators._spark.runner import QueryOptions, RelstateQuery, run_operator, stage_progress
+from operators._spark.session import register_sources
+from operators._spark.sinks import ParquetSink
 from operators.errors import InputError, RunnerError
+from operators.typing import BatchSink, BatchSummary
 
 __all__ = [
     "ROW_KIND",

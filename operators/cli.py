@@ -11,9 +11,9 @@ query's state for a new partition count.
 from __future__ import annotations
 
 import argparse
-import inspect
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = ["main"]
@@ -192,10 +192,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from operators._inspect import describe, rows
-    from operators._state_location import StateLocation
+    from operators._checkpoint.location import StateLocation
+    from operators._tools.inspect import describe, rows
     from operators.errors import InputError
-    from statestore import StateStoreError
+    from statestore import RelstateError
 
     # relstate's log events go to stderr, warnings and errors only unless
     # RELSTATE_LOG asks for more (statestore._log): stdout is the command's.
@@ -206,23 +206,23 @@ def _inspect(args: argparse.Namespace) -> int:
         else:
             text = rows(location, args.operator, args.table, args.batch, args.limit, args.partition)
             print(text, end="")
-    except (InputError, StateStoreError) as exc:
+    except (InputError, RelstateError) as exc:
         print(f"relstate inspect: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def _repartition(args: argparse.Namespace) -> int:
-    from operators._repartition import repartition
+    from operators._tools.repartition import repartition
     from operators.errors import InputError
-    from statestore import StateStoreError
+    from statestore import RelstateError
 
     def progress(message: str) -> None:
         print(f"relstate repartition: {message}", file=sys.stderr, flush=True)
 
     try:
         result = repartition(args.checkpoint, args.partitions, progress=progress, force=args.force)
-    except (InputError, StateStoreError) as exc:
+    except (InputError, RelstateError) as exc:
         print(f"relstate repartition: {exc}", file=sys.stderr)
         return 2
     print(
@@ -237,7 +237,7 @@ def _repartition(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from operators.demo import DemoConfig, run_demo
+    from operators._tools.demo import DemoConfig, run_demo
     from operators.errors import InputError, RunnerError
 
     try:
@@ -257,76 +257,37 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from operators._bench import BenchConfig, charts, report, run
-    from operators._bench.suites import STORE
-
-    if args.suite != STORE:
-        return _bench_suite(args)
-    if args.quick:
-        config = BenchConfig.quick(args.rows or QUICK_ROWS, large_state=args.large_state)
-    else:
-        config = BenchConfig(rows=args.rows or DEFAULT_ROWS, large_state=args.large_state)
-
-    def progress(message: str) -> None:
-        print(f"relstate bench: {message} ...", file=sys.stderr, flush=True)
-
-    result = run(config, progress)
-    print(report.terminal(result), end="")
-    if args.no_write:
-        return 0
-    page: Path = args.output
-    page.parent.mkdir(parents=True, exist_ok=True)
-    images = charts.draw(result, page.parent / "img")
-    if images is None:
-        print("matplotlib is not installed: no charts drawn", file=sys.stderr)
-    page.write_text(report.markdown(result, images, page), encoding="utf-8")
-    print(f"\nwrote {page}" + "".join(f", {p}" for p in (images or {}).values()))
-    return 0
-
-
-def _bench_suite(args: argparse.Namespace) -> int:
-    import dataclasses
-    import tempfile
-
-    from operators._bench import versus
-    from operators._bench.runner import Machine
-    from operators._bench.suites import load
-
     try:
-        run = load(args.suite)
-    except KeyError as exc:
-        print(f"relstate bench: {exc.args[0]}", file=sys.stderr)
+        run = _bench_command()
+    except FileNotFoundError as exc:
+        print(f"relstate bench: {exc}", file=sys.stderr)
         return 2
+    return run(args)
 
-    def progress(message: str) -> None:
-        print(f"relstate bench --suite {args.suite}: {message} ...", file=sys.stderr, flush=True)
 
-    if args.scale != 1 and "scale" not in inspect.signature(run).parameters:
-        print(
-            f"relstate bench: suite {args.suite!r} runs at one size only (no --scale)",
-            file=sys.stderr,
+def _bench_command() -> Callable[[argparse.Namespace], int]:
+    """The bench's command, from the ``bench`` package of the source checkout
+    this library sits in. The bench is not part of the library (the wheel
+    leaves it out, and nothing in the library imports it): it is found by
+    its place beside ``operators/``, or not at all."""
+    root = Path(__file__).resolve().parents[1]
+    command = root / "bench" / "command.py"
+    if not command.is_file():
+        raise FileNotFoundError(
+            f"no bench/ beside {root / 'operators'}: the bench runs from a source "
+            "checkout of relstate (git clone, then run relstate there), not from an "
+            "installed wheel"
         )
-        return 2
-
-    # Before the suite starts Spark: the load of other work, not the suite's own.
-    machine = Machine.current()
-    with tempfile.TemporaryDirectory(prefix=f"relstate-bench-{args.suite}-") as tmp:
-        result = dataclasses.replace(
-            # A suite is asked for a scale only when one is given.
-            run(args.quick, Path(tmp), progress, scale=args.scale)
-            if args.scale != 1
-            else run(args.quick, Path(tmp), progress),
-            machine=machine,
-            scale=args.scale,
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = importlib.import_module("bench.command")
+    if Path(module.__file__ or "").resolve() != command:
+        raise FileNotFoundError(
+            f"the bench package imported is {module.__file__}, not the one beside the "
+            f"library ({command}): run relstate from the checkout's root"
         )
-    print(versus.terminal(result), end="")
-    if args.no_write:
-        return 0
-    page = Path("docs/bench") / versus.page_name(args.suite, args.scale)
-    page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(versus.markdown(result), encoding="utf-8")
-    print(f"\nwrote {page}")
-    return 0
+    run: Callable[[argparse.Namespace], int] = module.run
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

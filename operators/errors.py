@@ -1,19 +1,19 @@
-"""Errors of the operator layer, rooted at :class:`StateStoreError`."""
+"""Errors of the operator layer, rooted at :class:`RelstateError`."""
 
 from __future__ import annotations
 
-from encoding.errors import StateStoreError
+from encoding.errors import RelstateError, StateStoreError
 
-__all__ = ["InputError", "RepartitionedError", "RunnerError", "StateStoreError"]
+__all__ = ["InputError", "RelstateError", "RepartitionedError", "RunnerError", "StateStoreError"]
 
 
-class InputError(StateStoreError, ValueError):
+class InputError(RelstateError, ValueError):
     """An input batch does not fit the operator: a missing or retyped column,
     an unknown row kind, a null key, a changed key type or partition count.
     Raised before anything of the batch is committed."""
 
 
-class RunnerError(StateStoreError, RuntimeError):
+class RunnerError(RelstateError, RuntimeError):
     """The Spark runner cannot go on: a missing Java, a checkpoint of another
     query, a batch whose tasks did not all commit."""
 

@@ -6,7 +6,7 @@ from statestore._checkpoint import PartitionCheckpoint
 from statestore._config import CommitInfo, LoadInfo, StoreConfig
 from statestore._faults import ENV_VAR as FAULT_ENV_VAR
 from statestore._faults import fault
-from statestore._filesystems import S3_OPTIONS, filesystem_for, redact
+from statestore._filesystems import S3_OPTIONS, filesystem_for, redact, write_atomically
 from statestore._log import (
     LogConfig,
     apply_log_config,
@@ -22,6 +22,7 @@ from statestore._memtable import KeyOp, MemTable, OpKind
 from statestore._metadata import TableMeta
 from statestore._rocksdb import RocksDBBackend, RocksDBConfig
 from statestore._store import StateStore
+from statestore._store_tables import StoreTables
 from statestore._table import ConsistencyMode, StateTable, TableMetrics
 from statestore._transfer import read_changelogs
 from statestore._typing import KVBackend, WriteOp
@@ -38,6 +39,7 @@ from statestore.errors import (
     InvalidVersionError,
     LockHeldError,
     LogConfigError,
+    RelstateError,
     StateStoreError,
     StoreStateError,
     VersionNotFoundError,
@@ -70,6 +72,7 @@ __all__ = [
     "MemoryStateStore",
     "OpKind",
     "PartitionCheckpoint",
+    "RelstateError",
     "RocksDBBackend",
     "RocksDBConfig",
     "StateStore",
@@ -77,6 +80,7 @@ __all__ = [
     "StateTable",
     "StoreConfig",
     "StoreStateError",
+    "StoreTables",
     "TableMeta",
     "TableMetrics",
     "VersionNotFoundError",
@@ -93,4 +97,5 @@ __all__ = [
     "read_changelogs",
     "redact",
     "remove_orphaned_caches",
+    "write_atomically",
 ]

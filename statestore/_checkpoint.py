@@ -49,9 +49,9 @@ __all__ = ["PartitionCheckpoint"]
 #: The manifests retention read, by full path, size and modification time,
 #: for the whole process: a manifest is never rewritten (its name holds its
 #: commit id), and retention reads every kept one at each commit, which a
-#: task's fresh store would otherwise read and verify again each batch (20
-#: manifests at the default retention: half the time of a commit that
-#: writes nothing, measured). Python workers run many tasks, so the next
+#: task's fresh store would otherwise read and verify again each batch (every
+#: kept manifest, the larger part of a commit that writes nothing). Python
+#: workers run many tasks, so the next
 #: batch's commit of a partition finds them here. A manifest whose size or
 #: time changed is read again; a filesystem that gives no time is not cached.
 _KEPT: OrderedDict[tuple[str, int, int], Manifest] = OrderedDict()

@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 
 from statestore._filesystems import filesystem_for
 
-__all__ = ["CheckpointFS", "FileStat", "resolve_location"]
+__all__ = ["CheckpointFS", "FileStat"]
 
 _CHUNK = 8 * 1024 * 1024
 _RENAMING = frozenset({"local", "hdfs"})
@@ -44,14 +44,6 @@ class FileStat:
     size: int
     crc32: int | None = None
     mtime_ns: int | None = None
-
-
-def resolve_location(location: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and path of a checkpoint location: a URI that
-    ``pyarrow.fs`` understands (``file://``, ``s3://``, ``hdfs://``, ``gs://``;
-    S3 configured from the environment, see :mod:`statestore._filesystems`) or
-    a plain local path."""
-    return filesystem_for(location)
 
 
 def _renames_atomically(fs: pafs.FileSystem) -> bool:
@@ -75,7 +67,7 @@ class CheckpointFS:
         self, location: str, *parts: str, filesystem: pafs.FileSystem | None = None
     ) -> None:
         if filesystem is None:
-            fs, base = resolve_location(location)
+            fs, base = filesystem_for(location)
         else:
             fs, base = filesystem, location.rstrip("/") or "/"
         self.fs = fs

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-__all__ = ["S3_OPTIONS", "filesystem_for", "redact", "s3_filesystem"]
+__all__ = ["S3_OPTIONS", "filesystem_for", "redact", "s3_filesystem", "write_atomically"]
 
 #: The options :func:`s3_filesystem` takes.
 S3_OPTIONS = ("endpoint", "region", "access_key", "secret_key", "session_token")
@@ -95,3 +96,11 @@ def filesystem_for(
         fs, path = pafs.FileSystem.from_uri(location)
         return fs, path.rstrip("/") or "/"
     return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a temporary file, then a move."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    fs.move(tmp, path)

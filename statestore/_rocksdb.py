@@ -171,8 +171,7 @@ def _read_all(method: Any, lower: bytes, upper: bytes | None, path: str) -> list
 #: file it takes in whole (``ingest_external_file``), rather than one put
 #: after another into its MemTable, which the flush at close writes to a
 #: file again. Below it, the file's fixed cost (its own fsync and the
-#: manifest's) outweighs that: write + flush, wall time, measured 14 vs 21 ms
-#: at 4,096 keys, 19 vs 21 ms at 8,192, even at 16,384, 125 vs 90 ms at 65,536.
+#: manifest's) outweighs that; at about this size the two are even.
 INGEST_AT = 16_384
 
 

@@ -1,6 +1,7 @@
-"""What every state store shares: the loaded tables and the ids of the head
-version, read the same way whether the store is checkpointed
-(:class:`StateStore`) or in memory (:class:`MemoryStateStore`)."""
+"""What every state store is: versions loaded and committed, the loaded
+tables and the ids of the head version, the same whether the store is
+checkpointed (:class:`StateStore`) or in memory (:class:`MemoryStateStore`).
+Code that takes either store takes a :class:`StoreTables`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Self
 
+from statestore._config import CommitInfo, LoadInfo
 from statestore._table import StateTable
 from statestore.errors import StoreStateError
 
@@ -16,9 +18,10 @@ __all__ = ["StoreTables"]
 
 
 class StoreTables(ABC):
-    """The read side of a state store: its tables once a version is loaded,
-    and that version's number and commit id. A store fills ``_tables`` and
-    sets ``_loaded`` / ``_closed``; it says which commit it holds."""
+    """A state store: it loads a version, commits the next, and reads its
+    tables once a version is loaded, with that version's number and commit
+    id. A store fills ``_tables`` and sets ``_loaded`` / ``_closed``; it says
+    which commit it holds."""
 
     _tables: dict[str, StateTable]
     _loaded: bool
@@ -27,6 +30,15 @@ class StoreTables(ABC):
     @abstractmethod
     def _head_commit(self) -> tuple[int, str] | None:
         """The version the tables hold and its commit id (``None``: the empty state)."""
+
+    @abstractmethod
+    def load(self, version: int | None = None, commit_id: str | None = None) -> LoadInfo:
+        """Load ``version`` (``None``: the empty state) into the tables; with
+        ``commit_id``, that commit of it."""
+
+    @abstractmethod
+    def commit(self, version: int) -> CommitInfo:
+        """Commit the tables' changes as ``version``."""
 
     @abstractmethod
     def close(self) -> None:

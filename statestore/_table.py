@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from encoding import (
     EncodingError,
     KeyCodec,
+    Row,
     RowCodec,
     TableSchema,
     prefix_successor,
@@ -42,7 +43,6 @@ __all__ = [
     "prepare_tables",
 ]
 
-Row = tuple[Any, ...]
 
 #: Keys of relstate's own per-table metadata (last epoch, row count) start with
 #: the one table id that no user table may have.
@@ -832,9 +832,8 @@ def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
 _SORT_FROM = 64
 #: A multi-get is made a scan of the keys' span when it asks for at least
 #: one row in this many of those stored: a scan reads a row in about a
-#: quarter of the time a multi-get finds one (measured on RocksDB through
-#: rocksdict, sorted keys, values of 8 to 128 bytes: 0.37-0.52 us a row
-#: scanned, 1.6-1.8 us a key got, CPU time).
+#: quarter of the time a multi-get finds one, so past that share the scan
+#: reads less.
 _SCAN_RATIO = 4
 #: The same for a read of whether rows exist: a scan of keys alone reads one
 #: in an eighth of the time a multi-get takes (0.19-0.23 us a key scanned).

@@ -1,8 +1,8 @@
-"""Errors of the state-store layer, all rooted at :class:`StateStoreError`."""
+"""Errors of the state-store layer, all rooted at :class:`RelstateError`."""
 
 from __future__ import annotations
 
-from encoding.errors import StateStoreError
+from encoding.errors import RelstateError, StateStoreError
 
 __all__ = [
     "AmbiguousVersionError",
@@ -16,6 +16,7 @@ __all__ = [
     "InvalidVersionError",
     "LockHeldError",
     "LogConfigError",
+    "RelstateError",
     "StateStoreError",
     "StoreStateError",
     "VersionNotFoundError",
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 
-class BackendError(StateStoreError):
+class BackendError(RelstateError):
     """The key-value backend failed; the text carries the backend's own message."""
 
 
@@ -39,7 +40,7 @@ class BackendClosedError(BackendError):
     """The backend was used after ``close()``."""
 
 
-class InconsistencyError(StateStoreError):
+class InconsistencyError(RelstateError):
     """An operation contradicts the table's contents: an insert over an existing
     key, a delete or update of a missing key, or an old row that does not match
     what is stored. Raised in strict consistency mode."""
@@ -50,7 +51,7 @@ class InconsistencyError(StateStoreError):
         self.key = key
 
 
-class EpochError(StateStoreError, ValueError):
+class EpochError(RelstateError, ValueError):
     """A commit named an epoch that is not above the last committed one."""
 
 
@@ -68,7 +69,7 @@ class CheckpointCorruptError(CorruptionError):
         self.version = version
 
 
-class InvalidVersionError(StateStoreError, ValueError):
+class InvalidVersionError(RelstateError, ValueError):
     """A version that cannot be one: a version is a micro-batch id, an integer
     >= 0 (Spark's ``CANNOT_LOAD_STATE_STORE.UNEXPECTED_VERSION``). ``version``
     is what was given. A well-formed version that was never committed raises
@@ -79,7 +80,7 @@ class InvalidVersionError(StateStoreError, ValueError):
         self.version = version
 
 
-class VersionNotFoundError(StateStoreError, KeyError):
+class VersionNotFoundError(RelstateError, KeyError):
     """No committed version with that number (and commit id) is in the
     checkpoint: it was never committed, or retention removed it."""
 
@@ -92,7 +93,7 @@ class VersionNotFoundError(StateStoreError, KeyError):
         return str(self.args[0])
 
 
-class AmbiguousVersionError(StateStoreError, LookupError):
+class AmbiguousVersionError(RelstateError, LookupError):
     """Several commits of one version exist (a retried or speculative attempt)
     and nothing says which counts: name one with ``commit_id`` or
     :meth:`~statestore.StateStore.record_winner`."""
@@ -103,21 +104,21 @@ class AmbiguousVersionError(StateStoreError, LookupError):
         self.commit_ids = commit_ids
 
 
-class WinnerConflictError(StateStoreError, ValueError):
+class WinnerConflictError(RelstateError, ValueError):
     """A version's winning commit was already recorded as another commit."""
 
 
-class IncompatibleStateError(StateStoreError, ValueError):
+class IncompatibleStateError(RelstateError, ValueError):
     """The checkpoint was written with metadata this store cannot continue from:
     another partition count, a changed key, a removed or retyped column."""
 
 
-class StoreStateError(StateStoreError, RuntimeError):
+class StoreStateError(RelstateError, RuntimeError):
     """A state store call came at the wrong moment: before :meth:`load`, after
     :meth:`close`, or after a failed commit that was neither aborted nor
     followed by a load."""
 
 
-class LogConfigError(StateStoreError, ValueError):
+class LogConfigError(RelstateError, ValueError):
     """A log configuration relstate does not know: an unknown level or format
     given to ``configure_logging`` or spelled in ``RELSTATE_LOG``."""

@@ -26,9 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import KeyColumn, TableSchema, key_equal_values
-from operators._operator import Operator, OperatorContext
-from operators._relational import (
+from encoding import KeyColumn, Row, TableSchema, key_equal_values
+from operators._api.metrics import UNKNOWN_RETRACTIONS
+from operators._api.operator import Operator, OperatorContext
+from operators._api.relational import (
     Pending,
     add_counts,
     check_names,
@@ -43,7 +44,7 @@ from operators.aggregate._functions import Aggregate, Kind
 from operators.aggregate._per_group import custom_accumulators, finish_per_group
 from operators.aggregate._results import (
     SPECIALS,
-    UNKNOWN,
+    ResultLayout,
     Touched,
     finish_in_arrow,
     max_nan_greatest,
@@ -54,8 +55,6 @@ from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["GroupAggregate"]
-
-Row = tuple[Any, ...]
 
 
 #: Milliseconds of the batch's fold and state writes at its close (the join's name).
@@ -127,7 +126,6 @@ class GroupAggregate(Operator):
         self.output_upsert_key = None if update_before else tuple(group_by)
         self.inputs = [schema]
         self._pending = Pending()
-        self._k = len(group_by)
         key_fields = [schema.field(k) for k in group_by]
         input_types = [
             None if a.column is None else schema.field(a.column).type for a in aggregates
@@ -142,20 +140,26 @@ class GroupAggregate(Operator):
             ]
         )
         state: list[pa.Field] = [*key_fields, pa.field(_ROWS, pa.int64(), nullable=False)]
-        #: Per aggregate, where its accumulator sits in a results row.
-        self._acc: list[slice] = []
+        accumulators: list[slice] = []
         for i, (agg, t) in enumerate(zip(aggregates, input_types, strict=True)):
             fields = _acc_fields(i, agg, t)
-            self._acc.append(slice(len(state), len(state) + len(fields)))
+            accumulators.append(slice(len(state), len(state) + len(fields)))
             state.extend(fields)
-        #: Per float sum / avg over a changelog, where its counts of NaN, +inf
-        #: and -inf rows sit in a results row: at the end, nullable, so that a
-        #: checkpoint written before them loads (its rows read them as 0).
-        self._specials: dict[int, int] = {}
+        specials: dict[int, int] = {}
         for i, (agg, t) in enumerate(zip(aggregates, input_types, strict=True)):
             if changelog and agg.kind in (Kind.SUM, Kind.AVG) and pa.types.is_floating(t):
-                self._specials[i] = len(state)
+                specials[i] = len(state)
                 state.extend(pa.field(f"__a{i}_{n}", pa.int64()) for n in SPECIALS)
+        self.layout = ResultLayout(
+            key_columns=self.key_columns,
+            aggregates=tuple(aggregates),
+            output=self.output,
+            accumulators=tuple(accumulators),
+            specials=specials,
+            changelog=changelog,
+            having=having,
+            update_before=update_before,
+        )
         tables = [TableSchema(1, state, list(group_by), name="results")]
         #: Per value column: its table name (min/max share one, scanned either way).
         self._extremes: dict[str, str] = {}
@@ -231,22 +235,12 @@ class GroupAggregate(Operator):
             self._apply_distinct(ctx.table(table_name), batch, sign, column, touched)
         if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
             finish_in_arrow(
-                ctx,
-                results,
-                touched.folded,
-                self.aggregates,
-                self.output,
-                touched.extremes,
-                touched.distinct,
-                self.changelog,
-                self.having,
-                self._specials,
-                self.update_before,
+                ctx, results, touched.folded, touched.extremes, touched.distinct, self.layout
             )
             return
         stored = results.get_rows(touched.keys)
-        customs = custom_accumulators(self, batch, sign, touched, stored)
-        finish_per_group(self, ctx, results, touched, stored, customs)
+        customs = custom_accumulators(self.layout, batch, sign, touched, stored)
+        finish_per_group(self.layout, ctx, results, touched, stored, customs)
 
     def _fold(self, batch: pa.RecordBatch, sign: pa.Array) -> Touched:
         """The touched groups, in key order, with each summed
@@ -266,7 +260,7 @@ class GroupAggregate(Operator):
                 if agg.kind is not Kind.COUNT:
                     kind = _sum_type(column.type)
                     values = pc.fill_null(pc.cast(column, kind), pa.scalar(0, kind))
-                    if i in self._specials:
+                    if i in self.layout.specials:
                         # The finite values are summed; NaN and each infinity
                         # are counted, so that a retraction takes them back.
                         for name, rows in zip(SPECIALS, _special_rows(values), strict=True):
@@ -284,7 +278,7 @@ class GroupAggregate(Operator):
                     nans.append(i)
                     columns[f"__nan{i}"] = pc.is_nan(column)
                     spec.append((f"__nan{i}", "any"))
-        groups = [f"__g{j}" for j in range(self._k)]
+        groups = [f"__g{j}" for j in range(self.layout.keys)]
         folded = pa.table(columns).group_by(groups, use_threads=False).aggregate(spec)
         for i in nans:
             folded = max_nan_greatest(folded, f"__v{i}_max", f"__nan{i}_any")
@@ -317,8 +311,8 @@ class GroupAggregate(Operator):
         net = net_changes(arrays, sign, pc.is_valid(batch.column(column)))
         self._write_counts(ctx, table, net)
         # Per group, the least and greatest value it lost and gained.
-        groups = [f"__k{j}" for j in range(self._k)]
-        value = f"__k{self._k}"
+        groups = [f"__k{j}" for j in range(self.layout.keys)]
+        value = f"__k{self.layout.keys}"
         delta = net.column("__s_sum")
         spans = []
         floating = pa.types.is_floating(net.column(value).type)
@@ -345,7 +339,7 @@ class GroupAggregate(Operator):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
             is_min = agg.kind is Kind.MIN
-            extremes = pylists([stored.column(self._acc[i].start)])[0]
+            extremes = pylists([stored.column(self.layout.accumulators[i].start)])[0]
             candidates = zip(lost, extremes, lost_min, lost_max, strict=True)
             rescans[i] = [
                 group
@@ -379,13 +373,15 @@ class GroupAggregate(Operator):
         rows = table.scan_ranges([(touched.keys[g], None, None) for g in groups])
         if not rows.num_rows:
             return {}
-        starts = np.flatnonzero(run_starts(rows.columns[: self._k]))
+        starts = np.flatnonzero(run_starts(rows.columns[: self.layout.keys], rows.num_rows))
         last = np.append(starts[1:], rows.num_rows) - 1
-        values = rows.column(self._k)
+        values = rows.column(self.layout.keys)
         first_values, last_values = pylists(
             [values.take(pa.array(starts)), values.take(pa.array(last))]
         )
-        keys = key_tuples([c.take(pa.array(starts)) for c in rows.columns[: self._k]], len(starts))
+        keys = key_tuples(
+            [c.take(pa.array(starts)) for c in rows.columns[: self.layout.keys]], len(starts)
+        )
         index = touched.index
         return {
             index[k]: (low, high)
@@ -401,7 +397,7 @@ class GroupAggregate(Operator):
         _, after = add_counts(table, rows, net.column("__s_sum"))
         unknown = unheld(after)
         if unknown:
-            ctx.count(UNKNOWN, unknown)
+            ctx.count(UNKNOWN_RETRACTIONS, unknown)
 
     def _apply_distinct(
         self,
@@ -423,7 +419,9 @@ class GroupAggregate(Operator):
             pc.cast(pc.greater(after, 0), pa.int64()), pc.cast(pc.greater(before, 0), pa.int64())
         )
         moved = pc.not_equal(step, 0)
-        groups = key_tuples(rows.filter(moved).columns[: self._k], pc.sum(moved).as_py() or 0)
+        groups = key_tuples(
+            rows.filter(moved).columns[: self.layout.keys], pc.sum(moved).as_py() or 0
+        )
         change: dict[int, int] = {}
         for key, delta in zip(groups, step.filter(moved).to_pylist(), strict=True):
             group = touched.index[key]

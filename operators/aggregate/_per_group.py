@@ -5,28 +5,32 @@ aggregates take; the differential tests run both against SQL."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
-from operators._changelog import RowKind
-from operators._operator import OperatorContext
-from operators._relational import key_tuples
+from encoding import Row
+from operators._api.changelog import RowKind
+from operators._api.metrics import UNKNOWN_RETRACTIONS
+from operators._api.operator import OperatorContext
+from operators._api.relational import key_tuples
 from operators.aggregate._functions import Kind
-from operators.aggregate._results import SPECIALS, UNKNOWN, Touched, spark_order, special_value
+from operators.aggregate._results import (
+    SPECIALS,
+    ResultLayout,
+    Touched,
+    spark_order,
+    special_value,
+)
 from statestore import StateTable
-
-if TYPE_CHECKING:
-    from operators.aggregate._group_aggregate import GroupAggregate
 
 __all__ = ["custom_accumulators", "finish_per_group"]
 
-Row = tuple[Any, ...]
 _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 
 
 def custom_accumulators(
-    op: GroupAggregate,
+    layout: ResultLayout,
     batch: pa.RecordBatch,
     sign: pa.Array,
     touched: Touched,
@@ -35,17 +39,17 @@ def custom_accumulators(
     """Each custom aggregate's new accumulator per touched group: its
     stored one (or ``init()``), with the batch's rows accumulated or
     retracted in batch order."""
-    customs = [i for i, a in enumerate(op.aggregates) if a.kind is Kind.CUSTOM]
+    customs = [i for i, a in enumerate(layout.aggregates) if a.kind is Kind.CUSTOM]
     if not customs:
         return {}
     groups = [
         touched.index[k]
-        for k in key_tuples([batch.column(c) for c in op.key_columns], batch.num_rows)
+        for k in key_tuples([batch.column(c) for c in layout.key_columns], batch.num_rows)
     ]
     steps = sign.to_pylist()
     out: dict[int, dict[int, tuple[Any, ...]]] = {}
     for i in customs:
-        agg = op.aggregates[i]
+        agg = layout.aggregates[i]
         function = agg.function
         assert function is not None and agg.column is not None
         accs: dict[int, tuple[Any, ...]] = {}
@@ -54,7 +58,7 @@ def custom_accumulators(
             acc = accs.get(group)
             if acc is None:
                 row = stored[group]
-                acc = function.init() if row is None else tuple(row[op._acc[i]])
+                acc = function.init() if row is None else tuple(row[layout.accumulators[i]])
             accs[group] = (
                 function.accumulate(acc, value) if step > 0 else function.retract(acc, value)
             )
@@ -63,7 +67,7 @@ def custom_accumulators(
 
 
 def finish_per_group(
-    op: GroupAggregate,
+    layout: ResultLayout,
     ctx: OperatorContext,
     results: StateTable,
     touched: Touched,
@@ -75,8 +79,8 @@ def finish_per_group(
     unknown = 0
     deltas = {n: touched.column(n) for n in touched.folded.column_names if not n.startswith("__g")}
     for group, (key, old) in enumerate(zip(touched.keys, stored, strict=True)):
-        rows = (0 if old is None else old[op._k]) + deltas["__s_sum"][group]
-        old_result = None if old is None else _visible(op, _result(op, old))
+        rows = (0 if old is None else old[layout.keys]) + deltas["__s_sum"][group]
+        old_result = None if old is None else _visible(layout, _result(layout, old))
         if rows <= 0:
             unknown -= min(rows, 0)
             if old is not None:
@@ -87,25 +91,25 @@ def finish_per_group(
         new = (
             *key,
             rows,
-            *_accumulators(op, group, touched, deltas, old, customs),
-            *_specials(op, group, deltas, old),
+            *_accumulators(layout, group, touched, deltas, old, customs),
+            *_specials(layout, group, deltas, old),
         )
         if old is None:
             results.insert(new)
         elif new != old:
             results.update(old, new)
-        new_result = _visible(op, _result(op, new))
+        new_result = _visible(layout, _result(layout, new))
         if old_result is None:
             if new_result is not None:
                 out[RowKind.INSERT].append(new_result)
         elif new_result is None:
             out[RowKind.DELETE].append(old_result)
         elif not _same(old_result, new_result):
-            if op.update_before:
+            if layout.update_before:
                 out[RowKind.UPDATE_BEFORE].append(old_result)
             out[RowKind.UPDATE_AFTER].append(new_result)
     if unknown:
-        ctx.count(UNKNOWN, unknown)
+        ctx.count(UNKNOWN_RETRACTIONS, unknown)
     # Groups are independent: each kind goes out as one batch, a group's
     # -U before its +U.
     for kind in (RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.INSERT):
@@ -113,13 +117,13 @@ def finish_per_group(
         if rows_out:
             columns = list(zip(*rows_out, strict=True))
             ctx.emit_batch(
-                [pa.array(list(c), f.type) for c, f in zip(columns, op.output, strict=True)],
+                [pa.array(list(c), f.type) for c, f in zip(columns, layout.output, strict=True)],
                 kind,
             )
 
 
 def _accumulators(
-    op: GroupAggregate,
+    layout: ResultLayout,
     group: int,
     touched: Touched,
     deltas: dict[str, list[Any]],
@@ -128,8 +132,8 @@ def _accumulators(
 ) -> list[Any]:
     """A group's accumulators after the batch, flattened as stored."""
     out: list[Any] = []
-    for i, agg in enumerate(op.aggregates):
-        acc: tuple[Any, ...] = () if old is None else tuple(old[op._acc[i]])
+    for i, agg in enumerate(layout.aggregates):
+        acc: tuple[Any, ...] = () if old is None else tuple(old[layout.accumulators[i]])
         kind = agg.kind
         if kind is Kind.COUNT_STAR:
             continue
@@ -144,7 +148,7 @@ def _accumulators(
             out.extend((total if count else type(total)(), count))
         elif kind in (Kind.MIN, Kind.MAX):
             current = acc[0] if acc else None
-            if not op.changelog:
+            if not layout.changelog:
                 how = "min" if kind is Kind.MIN else "max"
                 out.append(_pick(kind, current, deltas[f"__v{i}_{how}"][group]))
                 continue
@@ -162,32 +166,32 @@ def _accumulators(
 
 
 def _specials(
-    op: GroupAggregate, group: int, deltas: dict[str, list[Any]], old: Row | None
+    layout: ResultLayout, group: int, deltas: dict[str, list[Any]], old: Row | None
 ) -> list[int]:
     """A group's NaN, +inf and -inf counts of each float sum / avg after the
     batch (an older state's missing counts are 0)."""
     out: list[int] = []
-    for i, at in op._specials.items():
+    for i, at in layout.specials.items():
         for j, name in enumerate(SPECIALS):
             before = 0 if old is None else old[at + j] or 0
             out.append(before + deltas[f"__{name}{i}_sum"][group])
     return out
 
 
-def _result(op: GroupAggregate, state: Row) -> Row:
+def _result(layout: ResultLayout, state: Row) -> Row:
     """The output row of a stored group state."""
-    values: list[Any] = list(state[: op._k])
-    for i, agg in enumerate(op.aggregates):
-        acc = state[op._acc[i]]
+    values: list[Any] = list(state[: layout.keys])
+    for i, agg in enumerate(layout.aggregates):
+        acc = state[layout.accumulators[i]]
         kind = agg.kind
         if kind is Kind.COUNT_STAR:
-            values.append(state[op._k])
+            values.append(state[layout.keys])
         elif kind in (Kind.COUNT, Kind.COUNT_DISTINCT, Kind.MIN, Kind.MAX):
             values.append(acc[0])
         elif kind in (Kind.SUM, Kind.AVG):
             special = None
-            if i in op._specials:
-                at = op._specials[i]
+            if i in layout.specials:
+                at = layout.specials[i]
                 special = special_value(state[at : at + len(SPECIALS)])
             if not acc[1]:
                 values.append(None)
@@ -201,9 +205,9 @@ def _result(op: GroupAggregate, state: Row) -> Row:
     return tuple(values)
 
 
-def _visible(op: GroupAggregate, result: Row) -> Row | None:
+def _visible(layout: ResultLayout, result: Row) -> Row | None:
     """The result if the group passes ``having``, else ``None``."""
-    if op.having is None or op.having(dict(zip(op.output.names, result, strict=True))):
+    if layout.having is None or layout.having(dict(zip(layout.output.names, result, strict=True))):
         return result
     return None
 

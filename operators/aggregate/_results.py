@@ -12,21 +12,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators._changelog import RowKind
-from operators._operator import OperatorContext
-from operators._relational import aligned, key_tuples, pylists
+from encoding import Row
+from operators._api.changelog import RowKind
+from operators._api.metrics import UNKNOWN_RETRACTIONS
+from operators._api.operator import OperatorContext
+from operators._api.relational import aligned, key_tuples, pylists
 from operators.aggregate._functions import Aggregate, Kind
 from statestore import StateTable
 
 __all__ = [
     "SPECIALS",
-    "UNKNOWN",
+    "ResultLayout",
     "Touched",
     "finish_in_arrow",
     "max_nan_greatest",
@@ -34,8 +37,6 @@ __all__ = [
     "special_value",
     "stored_states",
 ]
-
-Row = tuple[Any, ...]
 
 
 class Touched:
@@ -72,27 +73,49 @@ _SUMMED = (Kind.COUNT, Kind.SUM, Kind.AVG)
 #: What a float sum over a changelog counts beside its finite sum, in this
 #: order: NaN rows, +inf rows, -inf rows.
 SPECIALS = ("nan", "pinf", "ninf")
-#: Counter of retractions of rows a group does not hold.
-UNKNOWN = "numRetractionsOfUnknownRows"
+
+
+@dataclass(frozen=True)
+class ResultLayout:
+    """Where a group's results row keeps what, and what its result is: built
+    once by :class:`~operators.aggregate.GroupAggregate`, read by both ways
+    of finishing a batch (:func:`finish_in_arrow`, and per group when an
+    aggregate is custom)."""
+
+    key_columns: tuple[str, ...]
+    aggregates: tuple[Aggregate, ...]
+    #: The result: the group's key columns, then one column per aggregate.
+    output: pa.Schema
+    #: Per aggregate, where its accumulator sits in a results row.
+    accumulators: tuple[slice, ...]
+    #: Per float sum / avg over a changelog, where its counts of NaN, +inf
+    #: and -inf rows sit in a results row: at the end, nullable, so that a
+    #: checkpoint written before them loads (its rows read them as 0).
+    specials: Mapping[int, int]
+    changelog: bool
+    having: Callable[[Mapping[str, Any]], bool] | None
+    #: Whether a changed result is retracted (``-U``) before its ``+U``.
+    update_before: bool
+
+    @property
+    def keys(self) -> int:
+        """How many key columns lead a results row."""
+        return len(self.key_columns)
 
 
 def finish_in_arrow(
     ctx: OperatorContext,
     results: StateTable,
     folded: pa.Table,
-    aggregates: Sequence[Aggregate],
-    output: pa.Schema,
     extremes: Mapping[int, tuple[dict[int, Any], dict[int, Any]]],
     distinct: Mapping[int, dict[int, int]],
-    changelog: bool,
-    having: Callable[[Mapping[str, Any]], bool] | None,
-    specials: Mapping[int, int],
-    update_before: bool = True,
+    layout: ResultLayout,
 ) -> None:
-    """Write each touched group's new state and emit its result's change.
-    ``specials``: per float sum / avg over a changelog, the place of its NaN,
-    +inf and -inf counts in the state (after every accumulator);
-    ``update_before=False``: no ``-U`` of a changed result, only its ``+U``."""
+    """Write each touched group's new state and emit its result's change, as
+    ``layout`` says (no ``-U`` of a changed result without ``update_before``,
+    only its ``+U``)."""
+    aggregates, output, specials = layout.aggregates, layout.output, layout.specials
+    changelog, having, update_before = layout.changelog, layout.having, layout.update_before
     n = folded.num_rows
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
@@ -140,7 +163,7 @@ def finish_in_arrow(
     alive = pc.greater(rows, 0)
     unknown = pc.sum(pc.if_else(alive, 0, pc.negate(rows))).as_py() or 0
     if unknown:
-        ctx.count(UNKNOWN, unknown)
+        ctx.count(UNKNOWN_RETRACTIONS, unknown)
     old_result = _result(old, aggregates, output, k, specials)
     new_result = _result(new, aggregates, output, k, specials)
     old_visible, new_visible = found, alive

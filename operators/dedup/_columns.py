@@ -12,14 +12,14 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import TableSchema
-from operators._changelog import RowKind, kinds_in
-from operators._ttl import live_from
+from encoding import Row, TableSchema
+from operators._api.changelog import RowKind, kinds_in
+from operators._api.ttl import live_from
 from operators.errors import InputError
 from statestore import StateTable
 
 if TYPE_CHECKING:
-    from operators._watermark import Watermark
+    from operators._api.watermark import Watermark
 
 __all__ = [
     "ExpiryIndex",
@@ -32,7 +32,6 @@ __all__ = [
     "rows_of",
 ]
 
-Row = tuple[Any, ...]
 
 _MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
@@ -171,7 +170,7 @@ class ExpiryIndex:
 
     def expire(self, now: int, table: StateTable) -> int:
         """Delete from ``table`` every key expired at ``now`` (its time is
-        ``<= now``, :mod:`operators._ttl`), and their entries; returns how
+        ``<= now``, :mod:`operators._api.ttl`), and their entries; returns how
         many keys were deleted."""
         live = live_from(now)
         # The entries carry the table's key columns under their names.

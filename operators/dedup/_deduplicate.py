@@ -16,10 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import TableSchema
-from operators._changelog import RowKind, row_kinds
-from operators._operator import Operator, OperatorContext
-from operators._ttl import expired, expiry_time
+from encoding import Row, TableSchema
+from operators._api.changelog import RowKind, row_kinds
+from operators._api.operator import Operator, OperatorContext
+from operators._api.ttl import expired, expiry_time
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
@@ -45,7 +45,6 @@ from statestore import ConsistencyMode, StateTable
 
 __all__ = ["Deduplicate"]
 
-Row = tuple[Any, ...]
 #: One arrival to decide: its key, its row, its kind.
 _Arrival = tuple[Row, Row, RowKind]
 

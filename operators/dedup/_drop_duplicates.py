@@ -28,8 +28,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from encoding import TableSchema, key_equal_values
-from operators._operator import Operator, OperatorContext
-from operators._ttl import live_from
+from operators._api.operator import Operator, OperatorContext
+from operators._api.ttl import live_from
 from operators.dedup._columns import (
     ExpiryIndex,
     check_columns,
@@ -42,7 +42,7 @@ from operators.errors import InputError
 from statestore import ConsistencyMode
 
 if TYPE_CHECKING:
-    from operators._watermark import Watermark
+    from operators._api.watermark import Watermark
 
 __all__ = ["DropDuplicates", "DropDuplicatesWithinWatermark"]
 

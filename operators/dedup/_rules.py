@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from operators._changelog import RowKind
+from encoding import Row
+from operators._api.changelog import RowKind
 
 __all__ = [
     "CLEAR",
@@ -24,7 +25,6 @@ __all__ = [
     "on_rowtime",
 ]
 
-Row = tuple[Any, ...]
 Emitted = list[tuple[RowKind, Row]]
 
 

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators._changelog import RowKind
-from operators._operator import OperatorContext
+from operators._api.changelog import RowKind
+from operators._api.operator import OperatorContext
 from statestore import StateTable
 
 __all__ = ["dedup_batch"]

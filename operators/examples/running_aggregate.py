@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import TableSchema
-from operators._changelog import RowKind
-from operators._operator import Operator, OperatorContext
+from operators._api.changelog import RowKind
+from operators._api.operator import Operator, OperatorContext
 from statestore import ConsistencyMode
 
 __all__ = ["RunningAggregate"]

@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import TableSchema
-from operators._changelog import ROW_KIND, RowKind
-from operators._operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._api.changelog import ROW_KIND, RowKind
+from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
 
 __all__ = ["Sessions"]

@@ -26,12 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import key_equal_values
-from operators._changelog import RowKind, kinds_in
-from operators._operator import Operator, OperatorContext
-from operators.errors import InputError
-from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
-from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
-from operators.join._metrics import (
+from operators._api.changelog import RowKind, kinds_in
+from operators._api.metrics import (
     EVICTED,
     EVICTION_TIME,
     LATE,
@@ -43,6 +39,10 @@ from operators.join._metrics import (
     UPDATED,
     side_metric,
 )
+from operators._api.operator import Operator, OperatorContext
+from operators.errors import InputError
+from operators.join._append_state import FLOORS, SIDE_NAMES, SideState, side_state
+from operators.join._append_time import TimeRange, TimeWindows, event_time_micros
 from operators.join._spec import JoinSpec, JoinType, output_schema
 from statestore import ConsistencyMode, StateTable
 

@@ -31,21 +31,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import Direction, key_equal_values
-from operators._operator import OperatorContext
+from encoding import Direction, Row, key_equal_values
+from operators._api.operator import OperatorContext
 from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
 
 __all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "HeldSide", "read_whole"]
 
-Row = tuple[Any, ...]
 
 #: A side's whole table is read once the micro-batch's input batches have
 #: asked it for at least a hundredth as many keys as the table has rows
 #: (:meth:`HeldSide.read_whole`): the rows read stay for the micro-batch's
 #: later input batches, so one read of the whole table is soon cheaper than
-#: a bounded scan (or a point read) per key of every input batch (measured
-#: with ``relstate bench --suite join``, at 100k and 1M rows).
+#: a bounded scan (or a point read) per key of every input batch
+#: (``relstate bench --suite join`` measures both sides of the bound).
 SEEK_ROWS = 100
 #: ... and at most this many rows, which are then held as Python tuples.
 WHOLE_TABLE_ROWS = 1_000_000

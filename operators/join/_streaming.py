@@ -32,18 +32,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from encoding import PartitionLocal, TableSchema
-from operators._changelog import RowKind, row_kinds
-from operators._operator import Operator, OperatorContext
+from encoding import PartitionLocal, Row, TableSchema
+from operators._api.changelog import RowKind, row_kinds
+from operators._api.metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
+from operators._api.operator import Operator, OperatorContext
 from operators.join._batch import HeldSide
-from operators.join._metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
 from operators.join._views import H, JoinStateView, SideRows
 from statestore import ConsistencyMode
 
 __all__ = ["StreamingJoin"]
 
-Row = tuple[Any, ...]
 Condition = Callable[[Row, Row], bool]
 
 INS, DEL, UPA = RowKind.INSERT, RowKind.DELETE, RowKind.UPDATE_AFTER
@@ -77,7 +76,7 @@ class StreamingJoin(Operator):
     is a picklable ``(left_row, right_row) -> bool`` checked on rows with equal
     keys. Null keys match nothing unless ``null_safe``. A side's row written
     at processing time ``t`` is gone from ``t + <side>_ttl_ms`` on (Flink's
-    TTL boundary, :mod:`operators._ttl`). ``left_prefix`` /
+    TTL boundary, :mod:`operators._api.ttl`). ``left_prefix`` /
     ``right_prefix`` rename the output columns.
     """
 

@@ -17,7 +17,7 @@ An outer side also keeps, per row, its number of associations: how many rows
 of the other side match it, the join condition included. With a time to live,
 each row keeps when it was last written; written at ``t`` with a TTL of
 ``d`` ms, it is visible while ``now < t + d`` and expired from ``now >= t + d``
-on (Flink's rule, :mod:`operators._ttl`): reads skip it and delete it.
+on (Flink's rule, :mod:`operators._api.ttl`): reads skip it and delete it.
 """
 
 from __future__ import annotations
@@ -30,15 +30,14 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
-from encoding import TableSchema
-from operators._operator import OperatorContext
-from operators._ttl import expired, expiry_time
+from encoding import Row, TableSchema
+from operators._api.metrics import EXPIRED, REMOVED, UPDATED, side_metric
+from operators._api.operator import OperatorContext
+from operators._api.ttl import expired, expiry_time
 from operators.errors import InputError
-from operators.join._metrics import EXPIRED, REMOVED, UPDATED, side_metric
 
 __all__ = ["H", "JoinStateView", "Record", "SideRows", "ViewKind", "values_at"]
 
-Row = tuple[Any, ...]
 
 #: How a side names one of its rows to the emit rules: a :class:`Record`
 #: record at a time, a row index on the batch path.
@@ -137,7 +136,7 @@ class SideRows(Protocol[H]):
 class JoinStateView:
     """One side's rows in a state table named ``name`` with id ``table_id``.
 
-    ``name`` prefixes the side's counters (:mod:`operators.join._metrics`):
+    ``name`` prefixes the side's counters (:mod:`operators._api.metrics`):
     ``<name>.numUpdatedStateRows`` (rows written), ``<name>.numRemovedStateRows``
     (rows deleted, expired ones included) and ``<name>.numExpiredStateRows``.
     """

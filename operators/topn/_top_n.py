@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import pyarrow as pa
 
-from encoding import KeyColumn, PartitionLocal, TableSchema
-from operators._changelog import RowKind
-from operators._operator import Operator, OperatorContext
-from operators._relational import (
+from encoding import KeyColumn, PartitionLocal, Row, TableSchema
+from operators._api.changelog import RowKind
+from operators._api.metrics import UNKNOWN_RETRACTIONS
+from operators._api.operator import Operator, OperatorContext
+from operators._api.relational import (
     Pending,
     add_counts,
     check_names,
@@ -41,10 +41,7 @@ from statestore import ConsistencyMode, StateTable
 
 __all__ = ["TopN"]
 
-Row = tuple[Any, ...]
 
-#: Counter of retractions of rows the operator does not hold.
-UNKNOWN = "numRetractionsOfUnknownRows"
 _COUNT = "__n"
 
 
@@ -147,9 +144,7 @@ class TopN(Operator):
         deltas = net.column("__s_sum")
         table = ctx.table("rows")
         if self._whole_batch:
-            top_n_batch(
-                ctx, table, rows, deltas, self._p, self.offset, self.limit, self._to_input, UNKNOWN
-            )
+            top_n_batch(ctx, table, rows, deltas, self._p, self.offset, self.limit, self._to_input)
             return
         # Each net row's index, by partition (in order of first appearance).
         changed: dict[Row, list[int]] = {}
@@ -168,7 +163,7 @@ class TopN(Operator):
             before[partition] = top
         unknown = unheld(add_counts(table, rows, deltas)[1])
         if unknown:
-            ctx.count(UNKNOWN, unknown)
+            ctx.count(UNKNOWN_RETRACTIONS, unknown)
         left: list[Row] = []
         entered: list[Row] = []
         for partition, top in before.items():

@@ -23,9 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import key_equal_values
-from operators._changelog import RowKind
-from operators._operator import OperatorContext
-from operators._relational import add_counts, key_tuples, run_starts, unheld
+from operators._api.changelog import RowKind
+from operators._api.metrics import UNKNOWN_RETRACTIONS
+from operators._api.operator import OperatorContext
+from operators._api.relational import add_counts, key_tuples, run_starts, unheld
 from statestore import StateTable
 
 __all__ = ["top_n_batch"]
@@ -45,7 +46,6 @@ def top_n_batch(
     offset: int,
     limit: int,
     to_input: Sequence[int],
-    unknown_counter: str,
 ) -> None:
     """Apply a batch's net changes (``rows`` in the table's column order
     less the count, with their ``deltas``) to ``table`` and emit each
@@ -55,7 +55,7 @@ def top_n_batch(
     before = _tops(_touched(table, partitions, partition_columns), partition_columns, offset, limit)
     unknown = unheld(add_counts(table, rows, deltas)[1])
     if unknown:
-        ctx.count(unknown_counter, unknown)
+        ctx.count(UNKNOWN_RETRACTIONS, unknown)
     after = _tops(_touched(table, partitions, partition_columns), partition_columns, offset, limit)
     left, entered = _difference(before, after)
     for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):
@@ -91,9 +91,7 @@ def _tops(stored: pa.RecordBatch, partition_columns: int, offset: int, limit: in
     n = rows.num_rows
     if n == 0:
         return rows
-    starts = run_starts(rows.columns[:partition_columns])
-    if not partition_columns:
-        starts[0] = True
+    starts = run_starts(rows.columns[:partition_columns], n)
     first = np.flatnonzero(starts)
     rank = np.arange(n) - first[np.cumsum(starts) - 1]
     return rows.filter(pa.array((rank >= offset) & (rank < offset + limit)))

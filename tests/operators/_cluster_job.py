@@ -36,9 +36,9 @@ import pyarrow as pa
 from pyarrow.fs import LocalFileSystem
 
 from operators import ROW_KIND, Operator, OperatorContext, ParquetSink, RowKind, run_operator
-from operators._journal import Journal
+from operators._checkpoint.journal import Journal
+from operators._tools.demo import write_batches
 from operators.dedup import DropDuplicates
-from operators.demo import write_batches
 from operators.join import JoinType, StreamingJoin
 from operators.testing import OperatorHarness
 from statestore import PartitionCheckpoint, _faults

@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from encoding import TableSchema
 from operators import Operator, OperatorContext, RowKind
-from operators._journal import RUNNER
-from operators._spark_hash import spark_partition
+from operators._checkpoint.journal import RUNNER
+from operators._engine.spark_hash import spark_partition
 from operators.dedup import DropDuplicates
 from operators.join import AppendJoin, JoinType, StreamingJoin, TimeRange
 from operators.testing import OperatorHarness

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _pipeline_work import build
 
+from bench.revenue_pipeline import sources
 from operators import ParquetSink, Pipeline, RelstateQuery
-from operators._bench.revenue_pipeline import sources
 
 
 def run(
@@ -41,7 +41,7 @@ def run(
 
 
 if __name__ == "__main__":
-    from operators._spark import local_spark
+    from operators._spark.session import local_spark
 
     session = local_spark("relstate-pipeline-job", {"spark.default.parallelism": "2"})
     run(session, Path(sys.argv[1]), joined_too="--joined-too" in sys.argv[2:])

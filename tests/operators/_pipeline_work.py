@@ -1,4 +1,4 @@
-"""The bench's two-stage pipeline (``operators/_bench/revenue_pipeline.py``:
+"""The bench's two-stage pipeline (``bench/revenue_pipeline.py``:
 orders joined with customers, a changelog ``StreamingJoin`` on the customer,
 then revenue per segment) as the tests run it, with a running aggregate of
 their own as the revenue stage; revenue per customer (keyed by the customer)
@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench import revenue_pipeline
+from bench.revenue_pipeline import CUSTOMERS, ORDERS
 from encoding import Direction, KeyColumn, NullOrder
 from operators import Pipeline, Stream
-from operators._bench import revenue_pipeline
-from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
 from operators.aggregate import Aggregate, GroupAggregate
 from operators.examples import RunningAggregate
 from operators.topn import TopN

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators import RowKind
-from operators._spark_hash import spark_partition
+from operators._engine.spark_hash import spark_partition
 from operators.aggregate import Aggregate
 from operators.testing import Emitted, OperatorHarness
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from operators._spark import local_spark
+from operators._spark.session import local_spark
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from operators import FkJoin, Pipeline, RowKind
-from operators._fk_stages import ResultStage, SubscriptionStage
+from operators._fk_join.join import add_stages
+from operators._fk_join.stages import ResultStage, SubscriptionStage
 from operators.testing import PipelineHarness
 from statestore import ConsistencyMode
 
@@ -76,7 +77,7 @@ class FkDriver:
             # The stages' tables check every write against the stored row.
             for stage in stages:
                 stage.consistency = ConsistencyMode.STRICT
-        self.output_stage = join.wire(pipeline, left, right, *stages).name
+        self.output_stage = add_stages(join, pipeline, left, right, *stages).name
         self.harness = PipelineHarness(pipeline, partitions, backend, tie_break)
         self.left: dict[Key, tuple[Any, ...]] = {}
         self.right: dict[Any, tuple[Any, ...]] = {}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from operators._bench import phases
-from operators._bench.debezium import (
+from bench import phases
+from bench.debezium import (
     OutputsDiffer,
     check_same,
     final_table,
@@ -20,10 +20,10 @@ from operators._bench.debezium import (
     write_debezium,
     write_json,
 )
-from operators._bench.flink_workloads import workloads
-from operators._bench.suite_flink import Measured, Rounds, _relstate, summarise
-from operators._bench.versus import markdown
-from operators._changelog import ROW_KIND
+from bench.flink_workloads import workloads
+from bench.suite_flink import Measured, Rounds, _relstate, summarise
+from bench.versus import markdown
+from operators._api.changelog import ROW_KIND
 from statestore import StateTable
 
 

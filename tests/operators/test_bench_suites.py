@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from operators._bench import runner, suites
-from operators._bench.suite_dedup import _batch_ms
-from operators._bench.versus import Comparison, SuiteResult, ceiling, markdown, runs, terminal
+from bench import runner, suites
+from bench.suite_dedup import _batch_ms
+from bench.versus import Comparison, SuiteResult, ceiling, markdown, runs, terminal
 from operators.cli import main
 
 
@@ -156,7 +156,7 @@ class TestFkJoinSuite:
     def test_changes_sweep_holds_the_table_size(self) -> None:
         """After the size sweep, the fkjoin suite runs one table size with
         more and more changes per batch (right updates a fifth of the moves)."""
-        from operators._bench.suite_fkjoin import _FULL
+        from bench.suite_fkjoin import _FULL
 
         sweep = [p for swept, p in _FULL.points() if swept]
         assert [p.sizes for p in sweep] == [(_FULL.sweep_size,)] * len(_FULL.sweep_changes)
@@ -173,7 +173,7 @@ class TestFkJoinSuite:
         order of the one before, each run on a new checkpoint; every round's
         change batches are kept, and each ceiling's are pooled over the
         rounds."""
-        from operators._bench import suite_fkjoin as suite
+        from bench import suite_fkjoin as suite
 
         calls: list[str] = []
 
@@ -227,7 +227,7 @@ class TestFkJoinSuite:
         """The fixed cost's breakdown reads each part as its own median over
         the batches, in milliseconds: the batch, its time in foreachBatch,
         there in its jobs and the rest, and outside foreachBatch."""
-        from operators._bench.suite_fkjoin import _Batches, _pooled, _spent
+        from bench.suite_fkjoin import _Batches, _pooled, _spent
 
         runs = [
             _Batches([1.0, 0.8], [0.6, 0.5], [0.4, 0.4]),
@@ -243,7 +243,7 @@ class TestFkJoinSuite:
     def test_output_check_compares_with_the_baseline(self, spark: Any, tmp_path: Path) -> None:
         """The suite's check passes when relstate's output, applied batch by
         batch, is the baseline's join, and raises when a row differs."""
-        from operators._bench.suite_fkjoin import _check_output
+        from bench.suite_fkjoin import _check_output
 
         rows = ["id", "fk", "payload", "rid", "rval"]
         out = [*rows, "row_kind"]
@@ -269,7 +269,7 @@ class TestAppendJoinSuite:
         """The Spark-alone floor job runs every batch of the suite's files
         through foreachBatch and mapInArrow, and refuses a count short of the
         input."""
-        from operators._bench import append_join_workload as workload
+        from bench import append_join_workload as workload
 
         small = workload.AppendWorkload(rows=400, batches=2)
         dirs = workload.write_files(small.sides(), tmp_path / "input")
@@ -283,7 +283,7 @@ class TestRelationalWorkload:
     def test_changelog_retracts_only_live_rows(self) -> None:
         """The aggregate and top-N suites' changelog retracts only rows that
         are live, with the old values, and keeps the batch sizes it names."""
-        from operators._bench.relational_workload import changelog_stream
+        from bench.relational_workload import changelog_stream
 
         batches = changelog_stream(500, 100, 4, 20, seed=3)
         assert [b.num_rows for b in batches] == [500, 160, 160, 160]
@@ -299,7 +299,7 @@ class TestRelationalWorkload:
 
     def test_live_rows_counts_inserts_less_deletes(self) -> None:
         """What an upsert or top-N changelog leaves: +I less -D."""
-        from operators._bench.relational_workload import Timed, live_rows
+        from bench.relational_workload import Timed, live_rows
 
         assert live_rows(Timed(1.0, {"+I": 7, "-U": 3, "+U": 3, "-D": 2})) == 5
 
@@ -309,7 +309,7 @@ class TestPipelineSuite:
         """The pipeline suite's changelogs retract only live rows with their
         old values, and replayed, leave the revenue per segment the workload
         names as its result."""
-        from operators._bench.suite_pipeline import QUICK, workload
+        from bench.suite_pipeline import QUICK, workload
 
         data = workload(QUICK, seed=3)
         assert len(data.orders) == len(data.customers) == QUICK.batches
@@ -342,14 +342,14 @@ class TestPipelineSuite:
         workload's result, and every job each query ran is counted: one
         Spark job per batch in the one query (the join runs in the revenue
         stage's job), one per stage and batch in the chained queries."""
-        from operators._bench.suite_pipeline import (
+        from bench.suite_pipeline import (
             WARM,
             JobCounter,
             one_query,
             two_queries,
             workload,
         )
-        from operators.demo import write_batches
+        from operators._tools.demo import write_batches
 
         data = workload(WARM, seed=4)
         write_batches(tmp_path / "in" / "orders", data.orders, prefix="part")
@@ -401,7 +401,7 @@ class TestSparkFloor:
         """The Spark-alone floor runs one batch per file, hands every row to
         Python (counted) and times each batch, its time in foreachBatch and,
         within that, in its job."""
-        from operators._bench.versus import spark_floor
+        from bench.versus import spark_floor
 
         frames = [spark.range(i * 10, i * 10 + 10) for i in range(3)]
         stream = _one_batch_per_frame(spark, tmp_path, frames, "id long")
@@ -420,7 +420,7 @@ class TestSparkFloor:
         """Spark alone in the two stages' shape, one job a batch: its second
         stage counts, from the first stage, each row with a key (passed on)
         and one response per such row, one batch per file."""
-        from operators._bench.versus import spark_two_stage_floor
+        from bench.versus import spark_two_stage_floor
 
         # Ten rows with a key (left rows) and five without (right rows).
         frames = [
@@ -442,7 +442,7 @@ class TestSparkFloor:
         """With stores, each task of both stages loads its partition's store
         at the batch before and commits the batch's version on it (one commit
         per version); the rows counted are the same."""
-        from operators._bench.versus import spark_two_stage_floor
+        from bench.versus import spark_two_stage_floor
         from statestore import PartitionCheckpoint
 
         frames = [
@@ -472,9 +472,9 @@ class TestSparkFloor:
         number, retractions first (the order the runner's tasks give their
         rows, ``RowOrder``), and the second stage's by side and the first
         stage's emit order; the rows counted are the same as unordered."""
-        from operators._bench import versus
-        from operators._row_order import RowOrder
-        from operators._spark import without_adaptive_execution
+        from bench import versus
+        from operators._engine.row_order import RowOrder
+        from operators._spark.session import without_adaptive_execution
 
         batch = spark.createDataFrame(
             [(k, k % 3, 100 - k, "-U" if k % 2 else "+U") for k in range(10)]
@@ -499,7 +499,7 @@ class TestSparkFloor:
         sorts = [
             line.split("Sort [", 1)[1] for line in plans[True].splitlines() if "Sort [" in line
         ]
-        sequence, _ = RowOrder(sides=False, kinds=True).spark_order()
+        sequence, _ = versus.spark_order(RowOrder(sides=False, kinds=True))
         assert len(sorts) == 2
         # The plan prints the retractions-first expression in its own way.
         assert sorts[1].startswith(sequence) and "IN (-U,-D) THEN 0 ELSE 1 END" in sorts[1]

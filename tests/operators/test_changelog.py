@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from encoding import EncodingError
-from operators._changelog import ROW_KIND, RowKind, kinds_in, row_kinds
+from operators._api.changelog import ROW_KIND, RowKind, kinds_in, row_kinds
 
 
 class TestRowKind:

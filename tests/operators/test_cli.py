@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from operators._bench import BenchConfig, BenchResult, Figure, Machine, charts, report
-from operators._bench.measure import LAYOUTS
+from bench import BenchConfig, BenchResult, Figure, Machine, charts, report
+from bench.measure import LAYOUTS
 from operators.cli import main
 from statestore import ConsistencyMode
 
@@ -103,3 +103,17 @@ class TestLogConfiguration:
         before = structlog.get_config()
         assert main(["inspect", str(tmp_path / "nothing-here")]) == 2
         assert structlog.get_config() == before
+
+
+def test_bench_outside_a_checkout_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no bench/ beside the library (an installed wheel), ``relstate
+    bench`` fails with exit code 2 and says the bench runs from a checkout."""
+    from operators import cli
+
+    (tmp_path / "operators").mkdir()
+    monkeypatch.setattr(cli, "__file__", str(tmp_path / "operators" / "cli.py"))
+    assert main([*QUICK, "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert "no bench/ beside" in err and "source checkout" in err

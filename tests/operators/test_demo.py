@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from operators.demo import (
+from operators._tools.demo import (
     CUSTOMERS,
     ORDERS,
     DemoConfig,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators._changelog import RowKind
+from operators._api.changelog import RowKind
 from operators.errors import InputError
 from operators.examples import RunningAggregate, Sessions
 from operators.testing import Emitted, OperatorHarness

@@ -13,9 +13,9 @@ import pytest
 from fk_driver import FkDriver
 
 from operators import FkJoin, ParquetSink, RowKind, run_fk_join
-from operators._fk_join import prepared
-from operators._repartition import repartition
-from operators._runner import job_group
+from operators._spark.pipeline import prepared
+from operators._spark.runner import job_group
+from operators._tools.repartition import repartition
 from statestore._faults import arm, inject
 from tests.operators.test_repartition_spark import _append
 

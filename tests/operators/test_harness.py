@@ -12,8 +12,8 @@ import pyarrow.compute
 import pytest
 
 from encoding import TableSchema
-from operators._changelog import ROW_KIND, RowKind
-from operators._operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._api.changelog import ROW_KIND, RowKind
+from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
 from operators.errors import InputError
 from operators.testing import OperatorHarness
 from statestore import ConsistencyMode, InconsistencyError, VersionNotFoundError

@@ -12,7 +12,7 @@ import pytest
 
 from encoding import TableSchema
 from operators import InputError
-from operators._journal import BatchRecord, Journal, QueryShape, StageShape
+from operators._checkpoint.journal import BatchRecord, Journal, QueryShape, StageShape
 from statestore import PartitionCheckpoint, StateStore, StoreConfig, WinnerConflictError
 
 

@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from operators._runner import run_operator
-from operators._sinks import COMMITTED_DIR, SCHEMA_FILE, ParquetSink
-from operators.demo import write_batches
+from operators._spark.output_files import COMMITTED_DIR, SCHEMA_FILE
+from operators._spark.runner import run_operator
+from operators._spark.sinks import ParquetSink
+from operators._tools.demo import write_batches
 from operators.examples import RunningAggregate
 from statestore._faults import inject
 from tests.operators._orders_changelog import ORDERS, generate, reference

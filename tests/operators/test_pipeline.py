@@ -18,12 +18,12 @@ from _pipeline_work import (
     top_customers,
 )
 
+from bench.revenue_pipeline import CUSTOMERS, ORDERS
 from encoding import Direction, KeyColumn
 from operators import InputError, Operator, OperatorContext, Pipeline, RowKind, Watermark
-from operators._bench.revenue_pipeline import CUSTOMERS, ORDERS
-from operators._spark_hash import spark_partition
+from operators._engine.spark_hash import spark_partition
+from operators._tools.demo import materialised
 from operators.aggregate import Aggregate, GroupAggregate
-from operators.demo import materialised
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness, PipelineHarness
 from operators.topn import TopN

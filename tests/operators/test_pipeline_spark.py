@@ -29,6 +29,7 @@ from _pipeline_work import (
 )
 from pyarrow.fs import LocalFileSystem
 
+from bench.revenue_pipeline import ORDERS, revenue_query, sources, write_changes
 from operators import (
     InputError,
     Operator,
@@ -37,16 +38,15 @@ from operators import (
     Pipeline,
     RowKind,
     RunnerError,
-    _runner,
     run_operator,
     stage_progress,
 )
-from operators._bench.revenue_pipeline import ORDERS, revenue_query, sources, write_changes
-from operators._inspect import describe
-from operators._journal import Journal
-from operators._repartition import repartition
-from operators._state_location import StateLocation
-from operators.demo import join_orders, materialised, read_batches, write_batches
+from operators._checkpoint.journal import Journal
+from operators._checkpoint.location import StateLocation
+from operators._spark import runner as _runner
+from operators._tools.demo import join_orders, materialised, read_batches, write_batches
+from operators._tools.inspect import describe
+from operators._tools.repartition import repartition
 from operators.examples import RunningAggregate
 from operators.testing import PipelineHarness
 from statestore import PartitionCheckpoint

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from encoding import TableSchema
-from operators._relational import add_counts, unheld
+from operators._api.relational import add_counts, unheld
 from statestore import ConsistencyMode, StateStore
 
 COUNTS = TableSchema(

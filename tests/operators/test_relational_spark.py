@@ -19,10 +19,10 @@ import pytest
 
 from encoding import Direction, KeyColumn, NullOrder
 from operators import RowKind
-from operators._runner import run_operator
-from operators._sinks import ParquetSink
+from operators._spark.runner import run_operator
+from operators._spark.sinks import ParquetSink
+from operators._tools.demo import write_batches
 from operators.aggregate import Aggregate, GroupAggregate
-from operators.demo import write_batches
 from operators.topn import TopN
 from tests.operators._relational_model import (
     CHANGELOG,

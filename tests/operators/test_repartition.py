@@ -15,13 +15,14 @@ import pyarrow.fs as pafs
 import pytest
 
 from encoding import TableSchema
-from operators import _repartition, cli
-from operators._journal import QueryShape, StageShape
-from operators._repartition import repartition
-from operators._spark_hash import spark_partition
-from operators._state_location import StateLocation
-from operators._state_read import read_rows
-from operators._task import TIMERS, state_tables
+from operators import cli
+from operators._checkpoint.journal import QueryShape, StageShape
+from operators._checkpoint.location import StateLocation
+from operators._checkpoint.read import read_rows
+from operators._engine.spark_hash import spark_partition
+from operators._engine.task import TIMERS, state_tables
+from operators._tools import repartition as _repartition
+from operators._tools.repartition import repartition
 from operators.dedup import DropDuplicates, DropDuplicatesWithinWatermark
 from operators.errors import InputError
 from operators.join import AppendJoin, StreamingJoin, TimeRange

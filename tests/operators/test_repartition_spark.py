@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from operators import ParquetSink, Watermark, run_operator
-from operators._operator import Operator
-from operators._repartition import repartition
+from operators._api.operator import Operator
+from operators._tools.demo import write_batches
+from operators._tools.repartition import repartition
 from operators.dedup import DropDuplicates, DropDuplicatesWithinWatermark
-from operators.demo import write_batches
 from operators.join import AppendJoin, StreamingJoin, TimeRange
 from tests.operators.dedup.test_drop_duplicates_spark import events_schema, random_batches
 from tests.operators.join.test_append_join_spark import _data, _schema

@@ -1,4 +1,4 @@
-"""The order a stage's task gives its partition's rows (operators._row_order)."""
+"""The order a stage's task gives its partition's rows (operators._engine.row_order)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators import _row_order
-from operators._row_order import SEQ, SIDE, RowOrder, RowSorter
+from bench.versus import spark_order
+from operators._engine import row_order as _row_order
+from operators._engine.row_order import SEQ, SIDE, RowOrder, RowSorter
 
 KINDS = ["+I", "-U", "+U", "-D", None]
 
@@ -183,12 +184,12 @@ def test_spark_sorting_by_the_orders_expressions_gives_the_same_keys(
     rows that tie may come in another order (Spark's sort is not stable)."""
     from pyspark.sql import functions as F
 
-    from operators._spark import without_adaptive_execution
+    from operators._spark.session import without_adaptive_execution
 
     rows = partition(400, seed=5)
     frame = spark.createDataFrame(rows.to_pandas().astype({SEQ: "Int64"})).coalesce(1)
     with without_adaptive_execution(spark):
-        by_spark = frame.sortWithinPartitions(*map(F.expr, order.spark_order())).toPandas()
+        by_spark = frame.sortWithinPartitions(*map(F.expr, spark_order(order))).toPandas()
     places = ordered(rows, order, _row_order.SORT_BYTES).column("at").to_pylist()
     by_task = rows.to_pandas().set_index("at").loc[places].reset_index()
 

@@ -16,12 +16,12 @@ import pytest
 from _orders_changelog import ORDERS, generate, reference
 from pyarrow.fs import LocalFileSystem
 
-from operators._journal import Journal
-from operators._runner import run_operator
-from operators._sinks import ParquetSink
-from operators._spark import without_adaptive_execution
-from operators._task import state_tables
-from operators.demo import write_batches
+from operators._checkpoint.journal import Journal
+from operators._engine.task import state_tables
+from operators._spark.runner import run_operator
+from operators._spark.session import without_adaptive_execution
+from operators._spark.sinks import ParquetSink
+from operators._tools.demo import write_batches
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import PartitionCheckpoint, StateStore

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators import _spark_task
-from operators._spark_task import StagePlan, TaskBatch, run_task, side_batches
+from operators._spark import task as _spark_task
+from operators._spark.task import StagePlan, TaskBatch, run_task, side_batches
 from operators.errors import RunnerError
 from operators.examples import RunningAggregate
 from statestore import StoreConfig
@@ -129,7 +129,7 @@ class TestPassingOn:
         their row kinds, ``__pass`` true, nulls in the operator's columns)
         and hands its operator only the rows with a side, without
         ``__pass``: a row only passed on (side null) never reaches it."""
-        from operators._spark_task import PASS, _passing_on, passed_column, task_schema
+        from operators._spark.task import PASS, _passing_on, passed_column, task_schema
 
         passed = pa.schema([("k", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
         plan = StagePlan(
@@ -180,7 +180,7 @@ class TestOrdering:
         """A stage with an order gets its partition's rows as they come;
         its task hands them to the operator by sequence number, retractions
         first at one number: the running totals follow that order."""
-        from operators._row_order import RowOrder
+        from operators._engine.row_order import RowOrder
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         plan = StagePlan(
@@ -222,8 +222,8 @@ class TestOrdering:
         """A task whose input passes its sort memory orders it through
         sorted runs on disk: its operator emits what it emits when the
         task sorts in memory, and no run is left behind."""
-        from operators import _row_order
-        from operators._row_order import RowOrder
+        from operators._engine import row_order as _row_order
+        from operators._engine.row_order import RowOrder
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
@@ -277,7 +277,7 @@ class TestOrdering:
         """A task that orders its input and passes rows on returns the rows
         passed on of each input batch as it reads it, before the operator's
         output (which waits for the last row): it does not hold them."""
-        from operators._row_order import RowOrder
+        from operators._engine.row_order import RowOrder
 
         _in_a_task(monkeypatch, TaskBatch(0, None, {}, None, None, 0))
         kinds = _passing_task(tmp_path, RowOrder(sides=False, kinds=True))
@@ -288,7 +288,7 @@ def _passing_task(tmp_path: Any, order: Any) -> list[str]:
     """Run a task that passes side 0's marked rows on, ordering its input
     by ``order`` (``None``: as it comes), on three batches of two rows (one
     marked each): what each batch it returns holds, in order."""
-    from operators._spark_task import META, PASS
+    from operators._spark.task import META, PASS
 
     passed = pa.schema([("key", pa.string()), ("value", pa.int64())])
     plan = StagePlan(

@@ -19,8 +19,8 @@ from operators import (
     RowKind,
     run_operator,
 )
-from operators._spark_task import StagePlan, open_store
-from operators.demo import write_batches
+from operators._spark.task import StagePlan, open_store
+from operators._tools.demo import write_batches
 from operators.testing import OperatorHarness
 from statestore import StateStore, StoreConfig
 
@@ -327,7 +327,7 @@ class TestSecondAttempt:
             first.close()
             second.close()
         tables = list(SideCounts.tables)
-        from operators._task import TIMERS
+        from operators._engine.task import TIMERS
 
         with StateStore(
             str(tmp_path / "state"), "side_counts", 0, [*tables, TIMERS], config
@@ -387,7 +387,8 @@ class TestStageInputFrame:
         sequences and row kinds as a union of each side's own selection,
         including a side read in another order than the sources', a null-key
         condition, and a source the stage does not read."""
-        from operators._runner import _side_rows, _SideRows, _StageInput, _unioned
+        from operators._spark.plan import InputPlan, SideRows, one_per_side, selections
+        from operators._spark.runner import _StageInput
 
         batch = spark.createDataFrame(
             [
@@ -401,13 +402,15 @@ class TestStageInputFrame:
             "__source int",
         )
         sides = [
-            _SideRows(1, [], ["q1__c AS s0__0"], "seq"),
-            _SideRows(0, ["q0__a IS NOT NULL"], ["q0__a AS s1__0", "q0__b AS s1__1"], "NULL"),
+            SideRows(1, [], ["q1__c AS s0__0"], "seq"),
+            SideRows(0, ["q0__a IS NOT NULL"], ["q0__a AS s1__0", "q0__b AS s1__1"], "NULL"),
         ]
-        parts = _side_rows(sides, kinds=True, ordered=True, sources=3)
+        parts = selections(sides, kinds=True, ordered=True, sources=3)
         assert len(parts) == 1
-        projected = _StageInput(parts, [], 1).rows([batch, batch])
-        unioned = _StageInput(_unioned(sides, True, True, 3), [], 1).rows([batch, batch])
+        projected = _StageInput(InputPlan(parts, []), 1).rows([batch, batch])
+        unioned = _StageInput(InputPlan(one_per_side(sides, True, True, 3), []), 1).rows(
+            [batch, batch]
+        )
         assert "Union" not in projected._jdf.queryExecution().analyzed().toString()
         columns = ["s0__0", "s1__0", "s1__1", "row_kind", "__side", "__seq"]
         got = sorted(projected.select(*columns).collect(), key=str)

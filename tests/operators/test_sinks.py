@@ -7,7 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators._sinks import ParquetSink, StagedSink
+from operators._spark.sinks import ParquetSink
+from operators.typing import StagedSink
 
 SCHEMA = pa.schema([("key", pa.int64()), ("row_kind", pa.string())])
 

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators._spark_hash import spark_hash, spark_partition, supported
+from operators._engine.spark_hash import spark_hash, spark_partition, supported
 
 #: Column types the runner's keys may have, and a random value of each.
 TYPES: dict[str, tuple[pa.DataType, Any]] = {

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from encoding import TableSchema
-from operators._changelog import RowKind
-from operators._operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._task import TIMERS
+from operators._api.changelog import RowKind
+from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._engine.task import TIMERS
 from operators.testing import OperatorHarness
 
 KEY = pa.field("k", pa.int64(), nullable=False)

@@ -15,11 +15,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators import _state_read, cli
-from operators._repartition import repartition
-from operators._spark_hash import spark_partition
-from operators._state_location import StateLocation, table_schema
-from operators._state_read import metadata, read_changes, read_rows
+from operators import cli
+from operators._checkpoint import read as _state_read
+from operators._checkpoint.location import StateLocation, table_schema
+from operators._checkpoint.read import metadata, read_changes, read_rows
+from operators._engine.spark_hash import spark_partition
+from operators._tools.repartition import repartition
 from operators.errors import InputError, RepartitionedError
 from operators.examples import RunningAggregate
 from operators.testing import OperatorHarness

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from operators._state_options import ReadRequest
+from operators._spark.state_options import ReadRequest
 from operators.errors import InputError
 
 PATH = {"path": "/some/checkpoint"}

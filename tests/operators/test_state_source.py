@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from operators import cli
-from operators._repartition import repartition
-from operators._runner import run_operator
-from operators._sinks import ParquetSink
-from operators._spark_hash import spark_partition
-from operators._state_location import StateLocation, table_schema
-from operators._state_read import metadata, read_changes, read_rows
-from operators.demo import write_batches
+from operators._checkpoint.location import StateLocation, table_schema
+from operators._checkpoint.read import metadata, read_changes, read_rows
+from operators._engine.spark_hash import spark_partition
+from operators._spark.runner import run_operator
+from operators._spark.sinks import ParquetSink
+from operators._tools.demo import write_batches
+from operators._tools.repartition import repartition
 from operators.errors import InputError
 from operators.examples import RunningAggregate
 from statestore import StateStore

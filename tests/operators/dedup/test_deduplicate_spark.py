@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 from operators import RowKind
-from operators._runner import run_operator
-from operators._sinks import ParquetSink
+from operators._spark.runner import run_operator
+from operators._spark.sinks import ParquetSink
+from operators._tools.demo import write_batches
 from operators.dedup import Deduplicate
-from operators.demo import write_batches
 from operators.testing import OperatorHarness
 
 pytestmark = pytest.mark.spark

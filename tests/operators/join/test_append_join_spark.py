@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from operators import ParquetSink, Watermark, run_operator
-from operators.demo import write_batches
+from operators._tools.demo import write_batches
 from operators.join import AppendJoin, TimeRange, TimeWindows
 
 pytestmark = pytest.mark.spark

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from operators._bench.join_workload import DictJoin, changelog, make_join
-from operators._changelog import row_kinds
+from bench.join_workload import DictJoin, changelog, make_join
+from operators._api.changelog import row_kinds
 from operators.join import JoinType
 from operators.testing import OperatorHarness
 

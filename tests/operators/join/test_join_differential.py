@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators._changelog import RowKind
+from operators._api.changelog import RowKind
 from operators.join import JoinType, StreamingJoin
 from operators.testing import Emitted, OperatorHarness
 

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators._changelog import RowKind
+from operators._api.changelog import RowKind
 from operators.errors import InputError
 from operators.join import JoinType, StreamingJoin, ViewKind
 from operators.testing import Emitted, OperatorHarness

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from operators import ParquetSink, RowKind, run_operator
-from operators.demo import write_batches
+from operators._tools.demo import write_batches
 from operators.join import JoinType, StreamingJoin
 
 

@@ -1,0 +1,48 @@
+"""The operator suites of ``relstate bench --suite NAME``, by name.
+
+Each suite is a module with ``run(quick, workdir, progress, scale=1) ->
+SuiteResult``, ``scale`` times its default size; it is imported only when
+asked for, since most start Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from bench.versus import SuiteResult
+
+__all__ = ["STORE", "SUITES", "Suite", "load"]
+
+#: The state-store benchmark (encodings, StateTable vs raw, checkpoints).
+STORE = "store"
+
+#: Suite name -> its module.
+SUITES: dict[str, str] = {
+    "join": "bench.suite_join",
+    "append_join": "bench.suite_append_join",
+    "dedup": "bench.suite_dedup",
+    "fkjoin": "bench.suite_fkjoin",
+    "aggregate": "bench.suite_aggregate",
+    "topn": "bench.suite_topn",
+    "pipeline": "bench.suite_pipeline",
+    "flink": "bench.suite_flink",
+}
+
+
+class Suite(Protocol):
+    """What a suite module provides."""
+
+    def __call__(
+        self, quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1
+    ) -> SuiteResult: ...
+
+
+def load(name: str) -> Suite:
+    """The ``run`` function of suite ``name``."""
+    if name not in SUITES:
+        raise KeyError(f"no benchmark suite {name!r}; there are {[STORE, *sorted(SUITES)]}")
+    run: Suite = importlib.import_module(SUITES[name]).run
+    return run

@@ -1,0 +1,2 @@
+"""Operations tools behind the ``relstate`` command: inspect, repartition,
+and the demo job."""
