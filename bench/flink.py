@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FLINK", "FlinkError", "FlinkWorker", "flink_python", "venv_dir"]
+__all__ = ["FLINK", "FlinkError", "FlinkWorker", "cpu_seconds", "flink_python", "venv_dir"]
 
 #: The PyFlink release the suite runs (Java 17).
 FLINK = "apache-flink==2.3.0"
@@ -59,6 +59,27 @@ def flink_python(progress: Callable[[str], None]) -> Path:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise FlinkError("Flink needs Java 17: no java on PATH and no JAVA_HOME")
     return python
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system, every thread) that process ``pid`` and
+    its living descendants have used, from ``/proc``: Flink's JVM is a
+    child of the worker, and on a loaded machine its threads get a share of
+    the cores that wall time alone does not show."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:  # ended meanwhile
+            continue
+        # Fields 14 and 15 of stat (utime, stime), counted after the name.
+        total += (int(fields[11]) + int(fields[12])) / tick
+        pending.extend(int(c) for c in children)
+    return total
 
 
 class FlinkWorker:
@@ -108,6 +129,10 @@ class FlinkWorker:
     def run(self, env: str, sql: str) -> float:
         """Run an ``INSERT`` to its end; its seconds from submission."""
         return float(self._send(op="run", env=env, sql=sql)["seconds"])
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the Flink processes (the worker and its JVM) have used."""
+        return cpu_seconds(self._process.pid)
 
     def close(self) -> None:
         """Stop the Flink process."""

@@ -74,10 +74,18 @@ class Rounds:
     #: Per backend: Flink's query and scan seconds per round.
     query: dict[str, list[float]] = field(default_factory=dict)
     scan: list[float] = field(default_factory=list)
+    #: The same in CPU seconds (every thread of each side's processes).
+    relstate_cpu: list[float] = field(default_factory=list)
+    query_cpu: dict[str, list[float]] = field(default_factory=dict)
+    scan_cpu: list[float] = field(default_factory=list)
 
     def flink(self, backend: str) -> list[float]:
         """Flink's operator seconds per round: the query less the scan."""
         return [q - s for q, s in zip(self.query[backend], self.scan, strict=True)]
+
+    def flink_cpu(self, backend: str) -> list[float]:
+        """Flink's operator CPU seconds per round: the query's less the scan's."""
+        return [q - s for q, s in zip(self.query_cpu[backend], self.scan_cpu, strict=True)]
 
 
 def _relstate(
@@ -145,6 +153,14 @@ def _split(work: Workload, path: Path) -> tuple[float, dict[str, float]]:
     return seconds, dict(timer.seconds)
 
 
+def _flink_run(flink: FlinkWorker, env: str, sql: str) -> tuple[float, float]:
+    """Run ``sql`` on Flink: its wall seconds and the CPU seconds Flink's
+    processes used meanwhile."""
+    before = flink.cpu_seconds()
+    seconds = flink.run(env, sql)
+    return seconds, flink.cpu_seconds() - before
+
+
 def _calibrate(
     flink: FlinkWorker,
     work: Workload,
@@ -158,10 +174,12 @@ def _calibrate(
     (where it applies), the faster chosen for the rounds after, and its
     time this round's."""
     candidates = [backend] + ([f"{backend}, mini-batch"] if work.mini_batch else [])
-    took = {c: flink.run(_env(c), insert) for c in candidates}
+    runs = {c: _flink_run(flink, _env(c), insert) for c in candidates}
+    took = {c: wall for c, (wall, _) in runs.items()}
     best = min(took, key=took.__getitem__)
     chosen[(work.name, backend)] = best
     t.query.setdefault(backend, []).append(took[best])
+    t.query_cpu.setdefault(backend, []).append(runs[best][1])
     readings.append(
         (
             f"{work.name}: Flink {backend}, round 1, each configuration (the faster "
@@ -256,13 +274,18 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                             _calibrate(flink, work, backend, insert, chosen, t, readings)
                         else:
                             env = _env(chosen[(work.name, backend)])
-                            t.query.setdefault(backend, []).append(flink.run(env, insert))
-                    t.scan.append(
-                        flink.run(_env("heap"), f"INSERT INTO bh_scan_{work.name} {work.scan()}")
-                    )
+                            wall, cpu = _flink_run(flink, env, insert)
+                            t.query.setdefault(backend, []).append(wall)
+                            t.query_cpu.setdefault(backend, []).append(cpu)
+                    scan = f"INSERT INTO bh_scan_{work.name} {work.scan()}"
+                    wall, cpu = _flink_run(flink, _env("heap"), scan)
+                    t.scan.append(wall)
+                    t.scan_cpu.append(cpu)
 
                 def relstate_side(work: Workload = work, t: Rounds = t, r: int = r) -> None:
+                    cpu = time.process_time()
                     t.relstate.append(_relstate(work, workdir / "rs" / f"{work.name}-{r}")[0])
+                    t.relstate_cpu.append(time.process_time() - cpu)
 
                 sides = [relstate_side, flink_side]
                 for side in sides if r % 2 == 0 else reversed(sides):
@@ -324,6 +347,10 @@ def summarise(
         "| workload | rows | relstate | Flink RocksDB | Flink heap | floor |",
         "|---|---|---|---|---|---|",
     ]
+    cpu = [
+        "| workload | relstate | Flink RocksDB | Flink heap | speed-up, RocksDB | speed-up, heap |",
+        "|---|---|---|---|---|---|",
+    ]
     split = [
         "| workload | relstate, timed run | operator and harness Python | "
         + " | ".join(PHASES)
@@ -360,6 +387,17 @@ def summarise(
                 )
             )
         readings.append((f"{m.name}: rounds, relstate", runs(t.relstate)))
+        if t.relstate_cpu:
+            mine = median(t.relstate_cpu)
+            theirs = [median(t.flink_cpu(b)) for b in _BACKENDS]
+            cpu.append(
+                "| "
+                + " | ".join(
+                    [m.name, _us(mine, m.rows), *(_us(f, m.rows) for f in theirs)]
+                    + [f"{f / mine:.2f}x" for f in theirs]
+                )
+                + " |"
+            )
         cells.append(_us(m.floor, m.rows))
         per_row.append("| " + " | ".join(cells) + " |")
         seconds, phases = m.split
@@ -377,6 +415,12 @@ def summarise(
         "query less its scan; the configuration in brackets; the floor: the "
         "smallest Python loop, see above):\n\n"
         + "\n".join(per_row)
+        + "\n\nThe same in CPU microseconds per changelog row (every thread of "
+        "each side's processes: relstate's process, Flink's JVM and its worker; "
+        "Flink's query less its scan), medians over the rounds: on a loaded "
+        "machine a process of many threads, as Flink's JVM is, gets a larger "
+        "share of the cores than wall time shows:\n\n"
+        + "\n".join(cpu)
         + "\n\nWhere relstate's time goes, microseconds per changelog row, from "
         "one more run with the timers in:\n\n" + "\n".join(split)
     )

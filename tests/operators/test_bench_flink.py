@@ -5,6 +5,10 @@ the workloads and the page (the tests never install Flink)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from bench.debezium import (
     write_debezium,
     write_json,
 )
+from bench.flink import cpu_seconds
 from bench.flink_workloads import workloads
 from bench.suite_flink import Measured, Rounds, _relstate, summarise
 from bench.versus import markdown
@@ -204,6 +209,9 @@ class TestPage:
             relstate=[2.0, 3.0, 2.5],
             query={"RocksDB": [9.0, 8.0, 10.0], "heap": [3.0, 2.0, 2.5]},
             scan=[1.0, 1.0, 1.5],
+            relstate_cpu=[1.0, 1.0, 1.0],
+            query_cpu={"RocksDB": [5.0, 5.0, 5.0], "heap": [2.0, 2.0, 2.0]},
+            scan_cpu=[0.5, 0.5, 0.5],
         )
         chosen = {("aggregate", "RocksDB"): "RocksDB, mini-batch", ("aggregate", "heap"): "heap"}
         split = (3.0, {p: 0.25 for p in phases.PHASES})
@@ -221,3 +229,32 @@ class TestPage:
         assert "9.00 - 1.00 = 8.00 s, 8.00 - 1.00 = 7.00 s, 10.00 - 1.50 = 8.50 s" in page
         assert "2.00 s, 3.00 s, 2.50 s" in page and "load average at round 1" in page
         assert "3.20x" in page and "not met" in page
+        assert "| aggregate | 1.00 | 4.50 | 1.50 | 4.50x | 1.50x |" in page
+
+
+class TestCpuSeconds:
+    def test_counts_the_process_and_its_children(self) -> None:
+        """A process's CPU seconds grow with its own work and take in a
+        child's, which a multi-threaded Flink JVM under its worker is."""
+        before = cpu_seconds(os.getpid())
+        spin = time.process_time() + 0.2
+        while time.process_time() < spin:
+            pass
+        assert cpu_seconds(os.getpid()) - before >= 0.15
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import time\nt = time.process_time() + 0.5\n"
+                "while time.process_time() < t: pass\ntime.sleep(30)",
+            ]
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while cpu_seconds(child.pid) < 0.4 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert cpu_seconds(os.getpid()) - cpu_seconds(child.pid) >= before
+            assert cpu_seconds(os.getpid()) >= before + 0.15 + 0.4
+        finally:
+            child.kill()
+            child.wait()
