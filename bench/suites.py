@@ -28,6 +28,7 @@ SUITES: dict[str, str] = {
     "aggregate": "bench.suite_aggregate",
     "topn": "bench.suite_topn",
     "pipeline": "bench.suite_pipeline",
+    "flink": "bench.suite_flink",
     "tws": "bench.suite_tws",
 }
 

@@ -381,8 +381,14 @@ def _rate(rows: int, seconds: float) -> str:
 
 
 def _cells(c: Comparison) -> list[str]:
-    # A goal below 1 (a slowdown allowed) needs two decimals to be read.
-    goal = "" if c.goal is None else f"≥ {c.goal:.1f}" if c.goal >= 1 else f"≥ {c.goal:.2f}"
+    # One decimal unless the goal has two (0.25).
+    goal = (
+        ""
+        if c.goal is None
+        else f"≥ {c.goal:.1f}"
+        if round(c.goal, 1) == c.goal
+        else f"≥ {c.goal:.2f}"
+    )
     verdict = {None: "", True: "met", False: "not met"}[c.goal_met]
     return [
         c.name,

@@ -90,9 +90,9 @@ def _parser() -> argparse.ArgumentParser:
             "what to measure: 'store' (the default: encodings, StateTable, checkpoints) "
             "or an operator against its baseline on Spark: 'join', 'append_join', "
             "'dedup', 'fkjoin', 'aggregate', 'topn', a StatefulProcessor against Spark's "
-            "transformWithStateInPandas and a native operator: 'tws', or a two-stage pipeline "
-            "in one query against two chained queries: 'pipeline' (these write "
-            "docs/bench/NAME.md)"
+            "transformWithStateInPandas and a native operator: 'tws', a two-stage pipeline "
+            "in one query against two chained queries: 'pipeline', or the changelog "
+            "operators against Flink SQL: 'flink' (these write docs/bench/NAME.md)"
         ),
     )
     bench.add_argument(

@@ -27,6 +27,7 @@ __all__ = [
     "net_changes",
     "pylists",
     "report_unheld",
+    "run_starts",
     "signs",
     "unheld",
 ]
@@ -165,6 +166,28 @@ def add_counts(table: StateTable, rows: pa.Table, deltas: pa.Array) -> tuple[pa.
     table.update_batch(new.filter(pc.and_(found, alive)))
     table.delete_keys(rows.filter(pc.and_(found, pc.invert(alive))))
     return before, after
+
+
+def run_starts(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> Any:
+    """Per row of ``n``, whether it starts a run of equal keys (``columns``;
+    rows of one key together, as a scan gives them): the first row, and
+    each whose key is another than the row before's, as keys compare (a
+    null equals a null, a NaN a NaN). A numpy array of booleans."""
+    starts = np.zeros(n, dtype=bool)
+    if n:
+        starts[0] = True
+    for column in columns:
+        values = key_equal_values(
+            column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        )
+        current, previous = values[1:], values[:-1]
+        both_null = pc.and_(pc.is_null(current), pc.is_null(previous))
+        differs = pc.fill_null(pc.not_equal(current, previous), True)
+        if pa.types.is_floating(values.type):
+            both_nan = pc.fill_null(pc.and_(pc.is_nan(current), pc.is_nan(previous)), False)
+            differs = pc.and_(differs, pc.invert(both_nan))
+        starts[1:] |= pc.and_(differs, pc.invert(both_null)).to_numpy(zero_copy_only=False)
+    return starts
 
 
 def unheld(after: pa.Array | pa.ChunkedArray) -> int:

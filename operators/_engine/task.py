@@ -15,8 +15,8 @@ from encoding import PartitionLocal, TableSchema
 from operators._api.changelog import ROW_KIND, RowKind, kind_symbols
 from operators._api.dirty import BadRows, InputPolicy
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
-from operators._engine.spark_hash import spark_partition
 from operators._engine.dead_letters import SET_ASIDE, letters, row_faults
+from operators._engine.spark_hash import spark_partition
 from operators.errors import InputError
 from statestore import StateTable, get_logger
 

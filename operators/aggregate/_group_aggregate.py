@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import KeyColumn, TableSchema, key_equal_values
+from encoding import KeyColumn, Row, TableSchema, key_equal_values
 from operators._api.changelog import non_inserts
 from operators._api.operator import Operator, OperatorContext
 from operators._api.relational import (
@@ -36,6 +37,7 @@ from operators._api.relational import (
     net_changes,
     pylists,
     report_unheld,
+    run_starts,
     signs,
 )
 from operators.aggregate._functions import Aggregate, Kind
@@ -339,26 +341,59 @@ class GroupAggregate(Operator):
         # A group needs a scan only if it lost its extreme (or a value not
         # strictly beyond it): compare with the stored extreme, one multi-get.
         _, stored, _ = stored_states(ctx.table("results"), touched.folded, lost)
+        rescans: dict[int, list[int]] = {}
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
             is_min = agg.kind is Kind.MIN
             extremes = pylists([stored.column(self.layout.accumulators[i].start)])[0]
-            rescanned: dict[int, Any] = {}
-            for group, current, low, high in zip(lost, extremes, lost_min, lost_max, strict=True):
-                if current is not None and (
+            candidates = zip(lost, extremes, lost_min, lost_max, strict=True)
+            rescans[i] = [
+                group
+                for group, current, low, high in candidates
+                if current is None
+                or not (
                     spark_order(low) > spark_order(current)
                     if is_min
                     else spark_order(high) < spark_order(current)
-                ):
-                    continue
-                first = next(table.scan(touched.keys[group], reverse=not is_min), None)
-                rescanned[group] = None if first is None else first[self.layout.keys]
+                )
+            ]
+        # Every group that lost its extreme, read in one go: its first
+        # (min) and last (max) value in key order.
+        needed = sorted({g for at in rescans.values() for g in at})
+        ends = self._ends(table, touched, needed)
+        for i, at in rescans.items():
+            is_min = self.aggregates[i].kind is Kind.MIN
+            rescanned = {g: ends.get(g, (None, None))[0 if is_min else 1] for g in at}
             gained = dict(zip(won, won_min if is_min else won_max, strict=True))
             touched.extremes[i] = (
                 rescanned,
                 {g: v for g, v in gained.items() if g not in rescanned},
             )
+
+    def _ends(self, table: StateTable, touched: Touched, groups: list[int]) -> dict[int, Row]:
+        """Of each of ``groups`` (indices of touched groups) that holds a
+        value in ``table`` (a min / max column's materialized input): its
+        first and last value in key order, from one read of their rows."""
+        if not groups:
+            return {}
+        rows = table.scan_ranges([(touched.keys[g], None, None) for g in groups])
+        if not rows.num_rows:
+            return {}
+        starts = np.flatnonzero(run_starts(rows.columns[: self.layout.keys], rows.num_rows))
+        last = np.append(starts[1:], rows.num_rows) - 1
+        values = rows.column(self.layout.keys)
+        first_values, last_values = pylists(
+            [values.take(pa.array(starts)), values.take(pa.array(last))]
+        )
+        keys = key_tuples(
+            [c.take(pa.array(starts)) for c in rows.columns[: self.layout.keys]], len(starts)
+        )
+        index = touched.index
+        return {
+            index[k]: (low, high)
+            for k, low, high in zip(keys, first_values, last_values, strict=True)
+        }
 
     def _write_counts(self, ctx: OperatorContext, table: StateTable, net: pa.Table) -> None:
         """Add a batch's net changes (key columns, then ``__s_sum``) to a

@@ -40,6 +40,7 @@ from operators.dedup._rules import (
     last_on_proctime,
     on_rowtime,
 )
+from operators.dedup._whole_batch import dedup_batch
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
 
@@ -135,6 +136,11 @@ class Deduplicate(Operator):
         self._stateless = (self.keep_last and order_by is None and not changelog) and not (
             generate_update_before or generate_insert
         )
+        # An append stream on processing time, folded, without TTL: the
+        # rules reduce to one comparison per key, made in Arrow.
+        self._whole_batch = (
+            mini_batch and not changelog and order_by is None and state_ttl_ms is None
+        ) and not self._stateless
         key_fields = [schema.field(k) for k in key]
         stored = key_fields if self._marker_only else list(schema)
         if self.ttl is not None:
@@ -162,6 +168,18 @@ class Deduplicate(Operator):
                 f"operator {self.name!r}: order_by column {self.order_by!r} holds nulls; "
                 "every row needs a row time"
             )
+        if self._whole_batch:
+            dedup_batch(
+                ctx,
+                ctx.table("rows"),
+                batch,
+                self.key,
+                self.inputs[0].names,
+                self.keep_last,
+                self.update_before,
+                (DROPPED, UNKNOWN, IDENTICAL, FOLDED),
+            )
+            return
         n = batch.num_rows
         kinds = row_kinds(batch) if self.changelog else [RowKind.INSERT] * n
         keys = rows_of(column_lists(batch, self.key), n)

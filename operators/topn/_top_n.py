@@ -35,6 +35,7 @@ from operators._api.relational import (
     signs,
 )
 from operators.errors import InputError
+from operators.topn._whole_batch import top_n_batch
 from statestore import ConsistencyMode, StateTable
 
 __all__ = ["TopN"]
@@ -106,6 +107,9 @@ class TopN(Operator):
         self._o = len(order)
         self._pk = self._p + self._o + len(identity)
         self._stored = stored
+        # Without ties kept, and with every column in the key, a batch's
+        # change of its tops is worked in Arrow (``_whole_batch``).
+        self._whole_batch = not with_ties and not values
         #: Where each input column sits in a stored row.
         self._to_input = [stored.index(n) for n in schema.names]
         self.tables = [
@@ -138,11 +142,14 @@ class TopN(Operator):
         net = net_changes([batch.column(n) for n in self._stored], signs(batch, self.name, True))
         rows = net.select(range(len(self._stored))).rename_columns(self._stored)
         deltas = net.column("__s_sum")
+        table = ctx.table("rows")
+        if self._whole_batch:
+            top_n_batch(ctx, table, rows, deltas, self._p, self.offset, self.limit, self._to_input)
+            return
         # Each net row's index, by partition (in order of first appearance).
         changed: dict[Row, list[int]] = {}
         for i, partition in enumerate(key_tuples(rows.columns[: self._p], rows.num_rows)):
             changed.setdefault(partition, []).append(i)
-        table = ctx.table("rows")
         # The tops before the batch, of the partitions whose changes can reach them.
         before: dict[Row, list[Row]] = {}
         cut = self._p + self._o if self.with_ties else self._pk

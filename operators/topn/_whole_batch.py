@@ -1,0 +1,121 @@
+"""A top-N batch's change of its tops worked in Arrow, for ``ROW_NUMBER()``
+(no ties kept) over rows that are all key (no ``row_key``).
+
+The row path reads each touched partition's top before and after the
+batch, a Python step per stored row, and compares the two as multisets.
+Here the touched partitions' rows are read at once before and after the
+batch's counts are written (:meth:`~statestore.StateTable.scan_ranges`,
+one decode each), in the row path's order (partitions as they first
+appear in the batch, each in key order), and everything after is columnar:
+each row repeated by its count, its rank within its partition, the rows
+ranked within ``[offset, offset + limit)``, and the multiset difference of
+the two tops. It emits what the row path emits, in its order: every row
+that left a top (``-D``), then every row that entered one (``+I``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from encoding import key_equal_values
+from operators._api.changelog import RowKind
+from operators._api.operator import OperatorContext
+from operators._api.relational import add_counts, key_tuples, report_unheld, run_starts
+from statestore import StateTable
+
+__all__ = ["top_n_batch"]
+
+_SIGN, _BEFORE, _AFTER = "__sign", "__before", "__after"
+#: Up to this many stored rows per touched partition, the whole table is
+#: read at once rather than a read per partition.
+_ROWS_PER_PARTITION = 16
+
+
+def top_n_batch(
+    ctx: OperatorContext,
+    table: StateTable,
+    rows: pa.Table,
+    deltas: pa.Array,
+    partition_columns: int,
+    offset: int,
+    limit: int,
+    to_input: Sequence[int],
+) -> None:
+    """Apply a batch's net changes (``rows`` in the table's column order
+    less the count, with their ``deltas``) to ``table`` and emit each
+    touched partition's change of its top; ``to_input`` places the stored
+    columns in the output's order."""
+    partitions = list(dict.fromkeys(key_tuples(rows.columns[:partition_columns], rows.num_rows)))
+    before = _tops(_touched(table, partitions, partition_columns), partition_columns, offset, limit)
+    report_unheld(ctx, rows, add_counts(table, rows, deltas)[1], partition_columns)
+    after = _tops(_touched(table, partitions, partition_columns), partition_columns, offset, limit)
+    left, entered = _difference(before, after)
+    for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):
+        if out.num_rows:
+            ctx.emit_batch([out.column(i) for i in to_input], kind)
+
+
+def _touched(
+    table: StateTable, partitions: list[tuple[Any, ...]], partition_columns: int
+) -> pa.RecordBatch:
+    """The stored rows of ``partitions``, each partition's together and in
+    key order, the partitions in the order given: a read per partition, or,
+    when they are many of the table's rows and the partition key is one
+    column, one read of the whole table matched in Arrow (a row read in a
+    scan costs a small part of a read's own cost)."""
+    if partition_columns != 1 or table.row_count > _ROWS_PER_PARTITION * len(partitions):
+        return table.scan_ranges([(p, None, None) for p in partitions])
+    stored = table.scan_batch()
+    wanted = key_equal_values(pa.array([p[0] for p in partitions], stored.schema.field(0).type))
+    rank = pc.index_in(key_equal_values(stored.column(0)), value_set=wanted, skip_nulls=False)
+    stored = stored.filter(pc.is_valid(rank))
+    return stored.take(pc.sort_indices(rank.drop_null()))
+
+
+def _tops(stored: pa.RecordBatch, partition_columns: int, offset: int, limit: int) -> pa.Table:
+    """The rows ranked ``offset`` to ``offset + limit - 1`` in their
+    partition, of ``stored`` (rows with their count last, each partition's
+    rows together and in key order), each copy of a row on its own, the
+    count left out."""
+    counts = stored.column(stored.num_columns - 1).to_numpy(zero_copy_only=False)
+    copies = np.repeat(np.arange(stored.num_rows, dtype=np.int64), np.maximum(counts, 0))
+    rows = pa.Table.from_batches([stored]).select(range(stored.num_columns - 1)).take(copies)
+    n = rows.num_rows
+    if n == 0:
+        return rows
+    starts = run_starts(rows.columns[:partition_columns], n)
+    first = np.flatnonzero(starts)
+    rank = np.arange(n) - first[np.cumsum(starts) - 1]
+    return rows.filter(pa.array((rank >= offset) & (rank < offset + limit)))
+
+
+def _difference(before: pa.Table, after: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The rows of ``before`` not in ``after`` (as many copies as it has
+    more), in ``before``'s order, and those of ``after`` not in ``before``,
+    in ``after``'s."""
+    names = [f"__c{j}" for j in range(before.num_columns)]
+    both = pa.concat_tables([before, after.cast(before.schema)]).rename_columns(names)
+    n, m = before.num_rows, after.num_rows
+    position = np.arange(n + m, dtype=np.int64)
+    in_before = position < n
+    keys = pa.table({name: key_equal_values(both.column(name)) for name in names})
+    keyed = keys.append_column(_SIGN, pa.array(np.where(in_before, 1, -1)))
+    keyed = keyed.append_column(
+        _BEFORE, pa.array(np.where(in_before, position, n + m), pa.int64())
+    ).append_column(_AFTER, pa.array(np.where(in_before, n + m, position), pa.int64()))
+    net = keyed.group_by(names, use_threads=False).aggregate(
+        [(_SIGN, "sum"), (_BEFORE, "min"), (_AFTER, "min")]
+    )
+    sign = net.column(f"{_SIGN}_sum").to_numpy()
+    out = []
+    for more, at in ((sign > 0, f"{_BEFORE}_min"), (sign < 0, f"{_AFTER}_min")):
+        where = net.column(at).to_numpy()[more]
+        order = np.argsort(where, kind="stable")
+        copies = np.repeat(where[order], np.abs(sign[more][order]))
+        out.append(both.take(pa.array(copies)).rename_columns(before.column_names))
+    return out[0], out[1]
