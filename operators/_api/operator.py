@@ -202,6 +202,12 @@ class Operator(abc.ABC):  # noqa: B024 - process_row or process_batch, either on
     #: none). ``None``, the default: the operator does not say, and each
     #: stage running it must be given ``keys=``, taken as they are.
     partition_keys: tuple[tuple[str, ...], ...] | None = None
+    #: ``True``: a stage must be partitioned by :attr:`partition_keys` exactly,
+    #: not by some of them, because the operator itself places rows by that
+    #: whole key (a :class:`~operators.stateful.StatefulProcessorOperator`
+    #: routes its initial state to partitions by Spark's hash of the whole
+    #: grouping key).
+    partition_keys_exact: bool = False
     #: Whether the operator needs the ``-U`` row before each ``+U`` of its
     #: inputs (it retracts the row a ``-U`` names). Every built-in operator
     #: does; an operator that reads an upsert stream by its key says

@@ -81,6 +81,12 @@ def check_stage_keys(operator: Operator, given: list[list[str]], label: str) -> 
     fits = fits and all(
         [cols[p] for p in positions] == keys for cols, keys in zip(declared, given, strict=True)
     )
+    if fits and operator.partition_keys_exact and given != declared:
+        raise InputError(
+            f"{label}: keys {_shown(given)} are some of {_shown(declared)}, but its operator "
+            f"places rows by the whole key itself; partition it by {_shown(declared)} (the "
+            "default when keys= is left out)"
+        )
     if not fits:
         raise InputError(
             f"{label}: keys {_shown(given)} would put rows its operator relates in different "

@@ -80,3 +80,39 @@ class TestStageKeys:
             pipeline.stage(TopN(CLICKS, ["ms"], 3, name="all"), left, keys=["page"])
         pipeline.stage(Deduplicate(CLICKS, ["user_id", "page"], name="d"), left, keys=["page"])
         assert [list(i.keys) for i in pipeline.stages[0].inputs] == [["page"], ["p"]]
+
+
+class TestStatefulProcessorKeys:
+    def test_grouping_keys_are_the_stage_keys(self) -> None:
+        """A StatefulProcessorOperator declares its grouping key: a stage
+        left without keys= takes it, and with an initial state (routed by
+        the whole grouping key) a stage keyed by some of it is refused."""
+        from pyspark.sql.streaming import StatefulProcessor
+
+        from operators.stateful import StatefulProcessorOperator
+
+        class Echo(StatefulProcessor):
+            def init(self, handle: object) -> None:
+                pass
+
+            def handleInputRows(self, key: object, rows: object, timerValues: object) -> object:
+                return iter([])
+
+        kind = "user_id long, page string"
+        pipeline = Pipeline()
+        clicks = pipeline.source(CLICKS, "clicks")
+        for name, keys in (("whole", None), ("some", ["user_id"])):
+            plain = StatefulProcessorOperator(Echo(), CLICKS, ["user_id", "page"], kind, name=name)
+            pipeline.stage(plain, clicks, keys=keys)
+        assert [list(s.inputs[0].keys) for s in pipeline.stages] == [
+            ["user_id", "page"],
+            ["user_id"],
+        ]
+        initial = pa.table({"user_id": [1], "page": ["a"]})
+        seeded = StatefulProcessorOperator(
+            Echo(), CLICKS, ["user_id", "page"], kind, initial_state=initial, name="seeded"
+        )
+        with pytest.raises(InputError, match=r"places rows by the whole key itself"):
+            pipeline.stage(seeded, clicks, keys=["user_id"])
+        pipeline.stage(seeded, clicks)
+        assert list(pipeline.stages[-1].inputs[0].keys) == ["user_id", "page"]

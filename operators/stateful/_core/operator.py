@@ -157,6 +157,10 @@ class StatefulProcessorOperator(Operator):
         self.output_mode = mode
         self.time_mode = time
         self.grouping_keys = list(grouping_keys)
+        # Spark's transformWithState partitions by the whole grouping key;
+        # the initial state is routed by it too, so a stage takes no less.
+        self.partition_keys = (tuple(self.grouping_keys),)
+        self.partition_keys_exact = initial_state is not None
         self.grouping = [input_schema.field(k) for k in grouping_keys]
         self.inputs = [input_schema]
         self.output = arrow_schema(output_schema, "outputStructType")
