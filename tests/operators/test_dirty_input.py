@@ -200,3 +200,33 @@ class TestBadRows:
                 "a retraction in an append-only input (changelog=False)",
                 "null in non-nullable 'customer'",
             ]
+
+
+class TestTopNUnknownRetractions:
+    @pytest.mark.parametrize("with_ties", [False, True])
+    def test_fail_and_drop_in_both_paths(self, with_ties: bool) -> None:
+        """Top-N meets an unknown delete the same way in its whole-batch path
+        (no ties) and its row path (ties): fail raises naming the row, drop
+        counts it and leaves the top the valid rows make."""
+        from operators import RowKind
+        from operators.testing import OperatorHarness
+        from operators.topn import TopN
+
+        schema = pa.schema([("page", pa.string()), ("ms", pa.int64())])
+        rows = [("a", 5), ("a", 7), ("a", 9)]
+        kinds = [RowKind.INSERT, RowKind.INSERT, RowKind.DELETE]
+
+        def top(policy: str) -> OperatorHarness:
+            op = TopN(schema, ["ms"], 1, partition_by=["page"], with_ties=with_ties)
+            return OperatorHarness(op, unknown_retractions=policy)
+
+        failing = top("fail")
+        with pytest.raises(InputError, match=r"does not hold.*\('a', 9\)"):
+            failing.process_rows(rows, kinds)
+            failing.commit()
+        dropping = top("drop")
+        dropping.process_rows(rows, kinds)
+        dropping.commit()
+        assert dropping.output == [(RowKind.INSERT, ("a", 5))]
+        assert dropping.last_metrics["numRetractionsOfUnknownRows"] == 1
+        assert dropping.last_unknown_example is not None
