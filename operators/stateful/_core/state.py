@@ -17,6 +17,7 @@ each from its own write; ``exists()`` is then whether any is left.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -65,7 +66,7 @@ class Scope:
         self.chunk_keys: set[Key] = set()
 
 
-class VariableState:
+class VariableState(abc.ABC):
     """The part every kind shares: its tables, its scope and its name."""
 
     def __init__(
@@ -129,9 +130,9 @@ class VariableState:
         for key, entry in loaded.items():
             self._cache.setdefault(key, entry)
 
+    @abc.abstractmethod
     def _load(self, keys: list[Key], arrow: pa.Table | None = None) -> dict[Key, Any]:
         """The stored entries of ``keys`` (``arrow``: the same keys as a table)."""
-        raise NotImplementedError
 
     def expire(self, now: int) -> int:
         """Remove every entry expired at ``now``; returns how many went."""
@@ -161,8 +162,9 @@ class VariableState:
         self._dirty.clear()
         self._prefetched = False
 
+    @abc.abstractmethod
     def _write(self) -> None:
-        raise NotImplementedError
+        """Write the changed entries to the variable's tables."""
 
     def _index(self, adds: list[tuple[Any, ...]], drops: list[tuple[Any, ...]]) -> None:
         """Keep the TTL index: rows ``(expires_at, primary key...)``."""
