@@ -16,8 +16,10 @@ view answers). What was read and written stays for the next input batch of
 the micro-batch; at its end (the operator's ``flush``) each row written gets
 its net change, in one batch write per kind, so a row that several input
 batches change is written once. Until then the table holds the rows as of
-the last flush, and a later read of it is laid under the rows held (held
-rows win, rows added since are listed with the rows read). The rules see
+the last flush, and a later read of some of its keys is laid under the rows
+held (held rows win, rows added since are listed with the rows read); a read
+of the whole table writes the side's changes first and maps the table from
+nothing, in C loops rather than row by row. The rules see
 the rows they would have seen record at a time, in the same key order, so
 the output is the same row for row.
 """
@@ -336,31 +338,46 @@ class HeldSide:
                 self.unsorted.add(key)
             self.by_join_key[key] = tuple(under)
 
-    def load_all(self) -> None:
-        """Read the whole table (one scan, decoded once); a :attr:`plain`
-        side that holds nothing yet maps it in C loops (:meth:`_hold_whole`)."""
+    def load_all(self, ctx: OperatorContext) -> None:
+        """Read the whole table (one scan, decoded once). A side that holds
+        rows already writes what it changed (:meth:`flush`) and lets them go
+        first, so the table is always mapped from nothing: in C loops on a
+        :attr:`plain` side (:meth:`_hold_whole`), never laid row by row
+        under the rows held."""
         if self.complete:
             return
+        if self.by_identity or self.by_join_key or self.unlisted:
+            self.flush(ctx)
+            self._let_go()
         self.complete = True
-        if self.plain and not self.by_identity and not self.by_join_key:
+        if self.plain:
             self._hold_whole(self.table.scan_batch())
             return
         indices, join_keys = self._hold(self.table.scan_batch())
         if self.one_per_join_key:
             return
         # A scan comes in key order, the join key first: a join key's
-        # rows are in a run, in order. A join key held whole keeps its rows.
-        held = self.by_join_key
-        found: dict[Row, list[int]] = {key: [] for key in self.unlisted}
+        # rows are in a run, in order.
+        found: dict[Row, list[int]] = {}
         for key, i in zip(join_keys, indices, strict=True):
-            if key in held:
-                continue
             under = found.get(key)
             if under is None:
                 found[key] = [i]
             else:
                 under.append(i)
-        self._list(found)
+        self.by_join_key.update((key, tuple(under)) for key, under in found.items())
+
+    def _let_go(self) -> None:
+        """Hold nothing, as when made (after a flush: nothing unwritten).
+        The lists are emptied in place, as the getters are bound to them."""
+        self._rows.clear()
+        self._appearances.clear()
+        self._associations.clear()
+        self.by_identity.clear()
+        self.by_join_key.clear()
+        self.unsorted.clear()
+        self._found_row = self._found_key = self._found_join_key = ()
+        self._found_at = None
 
     def _hold_whole(self, stored_rows: pa.RecordBatch) -> None:
         """Hold the rows of the whole table, map their identities and list

@@ -189,13 +189,14 @@ class StreamingJoin(Operator):
         own, theirs = self._held_side(ctx, side), self._held_side(ctx, 1 - side)
         keys = list(map(self._join_key[side], rows))
         if not (own.complete and theirs.complete):  # else every row is held
-            self._load(batch, rows, keys, own, theirs)
+            self._load(ctx, batch, rows, keys, own, theirs)
         states = (own, theirs) if side == LEFT else (theirs, own)
         self._rows(ctx, states, rows, keys, row_kinds(batch), side)
         # The tables are written at the end of the micro-batch (flush).
 
     def _load(
         self,
+        ctx: OperatorContext,
         batch: pa.RecordBatch,
         rows: list[Row],
         keys: list[Row],
@@ -210,11 +211,11 @@ class StreamingJoin(Operator):
         # Many keys for the table's rows: one read of the whole table beats
         # a point read or a bounded scan per key.
         if own.read_whole(len(rows)):
-            own.load_all()
+            own.load_all(ctx)
         else:
             own.load_identities(rows, batch)
         if theirs.read_whole(len(join_keys)):
-            theirs.load_all()
+            theirs.load_all(ctx)
         elif theirs.one_per_join_key:
             theirs.load_join_key_rows(join_keys)
         else:
