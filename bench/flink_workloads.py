@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.debezium import write_debezium, write_json
-from bench.join_workload import changelog, make_join
+from bench.join_workload import changelog, make_join, run_dict
 from bench.relational_workload import APPEND, append_stream, changelog_stream
 from encoding import Direction, KeyColumn
 from operators._api.changelog import ROW_KIND
@@ -100,6 +100,9 @@ class Workload:
     output: pa.Schema
     #: Whether Flink's mini-batch applies to the query's operator.
     mini_batch: bool
+    #: The same operator on plain Python dicts, where a suite has one (the
+    #: join suite's ``DictJoin``): its seconds over ``micro``.
+    in_dicts: Callable[[], float] | None = None
 
     def scan(self) -> str:
         """Flink's query that reads the inputs and does nothing else."""
@@ -149,9 +152,14 @@ def _joins(rows: int) -> list[Workload]:
                     f"{right.name} AS r ON l.k = r.k",
                     join.output,
                     mini_batch=True,
+                    in_dicts=partial(_seconds, run_dict, join_type, micro),
                 )
             )
     return out
+
+
+def _seconds(run: Callable[..., tuple[float, int]], *args: object) -> float:
+    return run(*args)[0]
 
 
 def _schema(table: pa.Table) -> pa.Schema:

@@ -71,6 +71,8 @@ class Rounds:
     """One workload's timings over the rounds."""
 
     relstate: list[float] = field(default_factory=list)
+    #: The same operator on plain Python dicts, where the workload has one.
+    in_dicts: list[float] = field(default_factory=list)
     #: Per backend: Flink's query and scan seconds per round.
     query: dict[str, list[float]] = field(default_factory=dict)
     scan: list[float] = field(default_factory=list)
@@ -286,6 +288,8 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
                     cpu = time.process_time()
                     t.relstate.append(_relstate(work, workdir / "rs" / f"{work.name}-{r}")[0])
                     t.relstate_cpu.append(time.process_time() - cpu)
+                    if work.in_dicts is not None:
+                        t.in_dicts.append(work.in_dicts())
 
                 sides = [relstate_side, flink_side]
                 for side in sides if r % 2 == 0 else reversed(sides):
@@ -344,8 +348,8 @@ def summarise(
     every round as a reading."""
     comparisons: list[Comparison] = []
     per_row = [
-        "| workload | rows | relstate | Flink RocksDB | Flink heap | floor |",
-        "|---|---|---|---|---|---|",
+        "| workload | rows | relstate | Flink RocksDB | Flink heap | floor | plain-dict operator |",
+        "|---|---|---|---|---|---|---|",
     ]
     cpu = [
         "| workload | relstate | Flink RocksDB | Flink heap | speed-up, RocksDB | speed-up, heap |",
@@ -399,6 +403,9 @@ def summarise(
                 + " |"
             )
         cells.append(_us(m.floor, m.rows))
+        cells.append(_us(median(t.in_dicts), m.rows) if t.in_dicts else "-")
+        if t.in_dicts:
+            readings.append((f"{m.name}: rounds, plain-dict operator", runs(t.in_dicts)))
         per_row.append("| " + " | ".join(cells) + " |")
         seconds, phases = m.split
         own = seconds - sum(phases.values())
@@ -413,7 +420,7 @@ def summarise(
     tables = (
         "Microseconds per changelog row, medians over the rounds (Flink's: its "
         "query less its scan; the configuration in brackets; the floor: the "
-        "smallest Python loop, see above):\n\n"
+        "smallest Python loop and the plain-dict operator, see above):\n\n"
         + "\n".join(per_row)
         + "\n\nThe same in CPU microseconds per changelog row (every thread of "
         "each side's processes: relstate's process, Flink's JVM and its worker; "
@@ -478,5 +485,9 @@ rocksdict), the store's commit less those (checkpoint files); the rest is
 the operator's and the harness's Python, decoding the input and building
 the output included. The floor is the smallest Python loop over the same
 input: every row read into Python values, and the rows relstate emitted
-built back into Arrow.
+built back into Arrow. For the joins, the plain-dict operator is a floor of
+another kind: the join suite's `DictJoin`, the same emit rules over plain
+Python dicts, with no state store, no commit and its output left as Python
+tuples, run in each round beside relstate; what a row at a time in Python
+costs before any state is kept.
 """

@@ -222,7 +222,7 @@ class TestPage:
         assert (rocks.relstate_seconds, rocks.baseline_seconds, rocks.goal) == (2.5, 8.0, 1.5)
         assert (heap.baseline_seconds, heap.goal) == (1.0, 0.6)
         assert (
-            "| aggregate | 1,000,000 | 2.50 | 8.00 (RocksDB, mini-batch) | 1.00 (heap) | 0.50 |"
+            "| aggregate | 1,000,000 | 2.50 | 8.00 (RocksDB, mini-batch) | 1.00 (heap) | 0.50 | - |"
             in page
         )
         assert "| aggregate | 3.00 | 2.00 | 0.25 | 0.25 | 0.25 | 0.25 |" in page
@@ -230,6 +230,24 @@ class TestPage:
         assert "2.00 s, 3.00 s, 2.50 s" in page and "load average at round 1" in page
         assert "3.20x" in page and "not met" in page
         assert "| aggregate | 1.00 | 4.50 | 1.50 | 4.50x | 1.50x |" in page
+
+    def test_a_join_shows_its_plain_dict_operator_over_the_rounds(self) -> None:
+        """A workload with a plain-dict operator (the joins) shows its median
+        per row beside the floor, and each of its rounds."""
+        rounds = Rounds(
+            relstate=[2.0, 2.0, 2.0],
+            in_dicts=[1.5, 1.0, 1.2],
+            query={"RocksDB": [4.0, 4.0, 4.0], "heap": [2.0, 2.0, 2.0]},
+            scan=[1.0, 1.0, 1.0],
+        )
+        chosen = {("join_inner_uk", "RocksDB"): "RocksDB", ("join_inner_uk", "heap"): "heap"}
+        split = (2.0, {p: 0.25 for p in phases.PHASES})
+        measured = Measured("join_inner_uk", "join", 1_000_000, rounds, chosen, split, 0.5)
+        page = markdown(summarise([measured], 1_000_000, 3, 1, []))
+        row = "| join_inner_uk | 1,000,000 | 2.00 | 3.00 (RocksDB) | 1.00 (heap) | 0.50 | 1.20 |"
+        assert row in page
+        assert "join_inner_uk: rounds, plain-dict operator" in page
+        assert "1.50 s, 1.00 s, 1.20 s" in page
 
 
 class TestCpuSeconds:
