@@ -22,6 +22,7 @@ __all__ = [
     "Pending",
     "add_counts",
     "aligned",
+    "cast_column",
     "check_names",
     "key_tuples",
     "net_changes",
@@ -211,3 +212,19 @@ def report_unheld(
     at = pc.index(pc.less(after, 0), True).as_py()
     row = tuple(rows.slice(at, 1).to_pylist()[0].values())
     ctx.retracted_unknown(0, row, row[:key_width], unknown)
+
+
+def cast_column(column: pa.Array | pa.ChunkedArray, field: pa.Field, what: str) -> pa.Array:
+    """``column`` as one array of ``field``'s type, cast if it has another;
+    a column that does not cast is an :class:`InputError` that names it as
+    ``what`` (``"emitted column"``, say) with both types."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.type == field.type:
+        return column
+    try:
+        return column.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InputError(
+            f"{what} {field.name!r} of type {column.type} does not cast to {field.type}: {exc}"
+        ) from exc

@@ -15,6 +15,7 @@ from encoding import PartitionLocal, TableSchema
 from operators._api.changelog import ROW_KIND, RowKind, kind_symbols
 from operators._api.dirty import BadRows, InputPolicy
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._api.relational import cast_column
 from operators._engine.dead_letters import SET_ASIDE, letters, row_faults
 from operators._engine.spark_hash import spark_partition
 from operators.errors import InputError
@@ -176,7 +177,7 @@ class BatchRun(OperatorContext):
         if self._rows:
             # Rows emitted one at a time before these come out before them.
             self._batches.append(self._row_batch())
-        arrays = [_cast_to(c, f) for c, f in zip(columns, output, strict=True)]
+        arrays = [cast_column(c, f, "emitted column") for c, f in zip(columns, output, strict=True)]
         arrays.append(pa.repeat(pa.scalar(kind.value, pa.string()), n))
         self._batches.append(
             pa.RecordBatch.from_arrays(arrays, schema=output_schema(self.operator))
@@ -341,21 +342,6 @@ class BatchRun(OperatorContext):
             ]
         arrays.append(pa.array(kinds, type=pa.string()))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _cast_to(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> pa.Array:
-    """``column`` as one array of ``field``'s type."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if column.type != field.type:
-        try:
-            column = column.cast(field.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise InputError(
-                f"emitted column {field.name!r} of type {column.type} does not fit the output "
-                f"type {field.type}: {exc}"
-            ) from exc
-    return column
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

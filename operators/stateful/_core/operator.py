@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from encoding import KeyCodec, TableSchema
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
+from operators._api.relational import cast_column
 from operators.errors import InputError
 from operators.stateful._core.handle import ExpiredTimerInfo, RuntimeHandle, TimerValues
 from operators.stateful._core.state import (
@@ -219,16 +220,8 @@ class StatefulProcessorOperator(Operator):
                 f"{self.grouping_keys}); it has {table.column_names}"
             )
         for name, field in zip(names, self.grouping, strict=True):
-            column = table.column(name)
-            if column.type != field.type:
-                try:
-                    column = column.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise InputError(
-                        f"initial_state column {name!r} ({column.type}) does not cast to the "
-                        f"grouping key's type {field.type}: {exc}"
-                    ) from exc
-                table = table.set_column(table.column_names.index(name), name, column)
+            column = cast_column(table.column(name), field, "initial_state grouping column")
+            table = table.set_column(table.column_names.index(name), name, column)
         return table
 
     def __getstate__(self) -> dict[str, Any]:
