@@ -21,7 +21,9 @@ held (held rows win, rows added since are listed with the rows read); a read
 of the whole table writes the side's changes first and maps the table from
 nothing, in C loops rather than row by row. The rules see
 the rows they would have seen record at a time, in the same key order, so
-the output is the same row for row.
+the output is the same row for row; where they can, they run as steps over
+the whole input batch (:mod:`operators.join._bulk`, with the ``*_run``
+calls below).
 """
 
 from __future__ import annotations
@@ -444,8 +446,13 @@ class HeldSide:
         if under is None:
             return ()  # the table is held whole, and has none
         if join_key in self.unsorted:
-            self.unsorted.discard(join_key)
-            under = self.by_join_key[join_key] = self._in_key_order(under)
+            under = self._sort(join_key)
+        return under
+
+    def _sort(self, join_key: Row) -> tuple[int, ...]:
+        """Put a join key that took rows at its end back in key order."""
+        self.unsorted.discard(join_key)
+        under = self.by_join_key[join_key] = self._in_key_order(self.by_join_key[join_key])
         return under
 
     def _in_key_order(self, under: Sequence[int]) -> tuple[int, ...]:
@@ -493,19 +500,24 @@ class HeldSide:
             self._write(i)
             rows[i], self._appearances[i], self._associations[i] = row, 1, associations
         self.inserted += 1
-        if self.one_per_join_key:
-            return
-        # Listed back in the side under its join key, if that join key is
-        # held whole (sorted when next read), else when it is read.
-        by_join_key = self.by_join_key
-        under = by_join_key.get(join_key)
-        if under:
-            by_join_key[join_key] = (*under, i)
-            self.unsorted.add(join_key)
-        elif under is not None or self.complete:
-            by_join_key[join_key] = (i,)
-        else:
-            self.unlisted.setdefault(join_key, []).append(i)
+        if not self.one_per_join_key:
+            self._list_added((join_key,), (i,))
+
+    def _list_added(self, join_keys: Iterable[Row], added: Iterable[int]) -> None:
+        """List rows ``added``, just added, in the side under their
+        ``join_keys``: now, if that join key is held whole (sorted when next
+        read), else when it is read."""
+        by_join_key, unsorted, unlisted = self.by_join_key, self.unsorted, self.unlisted
+        complete = self.complete
+        for join_key, i in zip(join_keys, added, strict=True):
+            under = by_join_key.get(join_key)
+            if under:
+                by_join_key[join_key] = (*under, i)
+                unsorted.add(join_key)
+            elif under is not None or complete:
+                by_join_key[join_key] = (i,)
+            else:
+                unlisted.setdefault(join_key, []).append(i)
 
     def retract(self, ctx: OperatorContext, found: int) -> None:
         """Remove one appearance of a row."""
@@ -529,6 +541,69 @@ class HeldSide:
             self._write(record)
         self._associations[record] = associations
         self.updated += 1
+
+    # -- a run of input rows at once (operators/join/_bulk.py) --------------------------
+
+    def identities(self, rows: Sequence[Row]) -> list[Row]:
+        """The identities of ``rows``, in a C loop. Not on a side with
+        float keys (:attr:`floats`), whose NaNs need folding."""
+        return list(rows) if self.row_is_identity else list(map(self.identity, rows))
+
+    def held(self, identities: Sequence[Row]) -> list[int | None]:
+        """The row held with each identity of ``identities`` (``None``: none,
+        not even one gone from the side since), in a C loop."""
+        return list(map(self.by_identity.get, identities))
+
+    def in_side(self, held: Sequence[int | None]) -> list[int | None]:
+        """Of rows ``held``, those still in the side (else ``None``), as
+        :meth:`find` answers."""
+        appearances = self._appearances
+        return [i if i is not None and appearances[i] else None for i in held]
+
+    def records_run(self, join_keys: Sequence[Row]) -> list[Sequence[int]]:
+        """:meth:`records` of each join key of ``join_keys``, in C loops."""
+        if self.one_per_join_key:
+            return [
+                () if i is None else (i,)
+                for i in self.in_side(list(map(self.by_identity.get, join_keys)))
+            ]
+        if self.unsorted:
+            for join_key in self.unsorted.intersection(join_keys):
+                self._sort(join_key)
+        return [() if u is None else u for u in map(self.by_join_key.get, join_keys)]
+
+    def add_run(
+        self,
+        rows: Sequence[Row],
+        identities: Sequence[Row],
+        join_keys: Sequence[Row],
+        associations: Sequence[int],
+    ) -> None:
+        """:meth:`add` of each row of ``rows`` (``identities``, ``join_keys``:
+        theirs) with its ``associations``, none of them held: held at the
+        next indices at once."""
+        start, n = len(self._rows), len(rows)
+        added = range(start, start + n)
+        self._rows.extend(rows)
+        self._appearances.extend([1] * n)
+        self._associations.extend(associations)
+        self.by_identity.update(zip(identities, added, strict=True))
+        self.written.update(dict.fromkeys(added))
+        self.inserted += n
+        if not self.one_per_join_key:
+            self._list_added(join_keys, added)
+
+    def set_associations_run(self, associations: dict[int, int], calls: int) -> None:
+        """:meth:`set_associations` of each row of ``associations`` to its
+        value, standing for ``calls`` calls."""
+        written = self.written
+        for i in associations:
+            if i not in written:
+                self._write(i)
+        held = self._associations
+        for i, n in associations.items():
+            held[i] = n
+        self.updated += calls
 
     # -- the write --------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from operators._api.changelog import RowKind, row_kinds
 from operators._api.metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators._api.operator import Operator, OperatorContext
 from operators.join._batch import HeldSide
+from operators.join._bulk import JoinRun
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
 from operators.join._views import H, JoinStateView, SideRows
 from statestore import ConsistencyMode
@@ -123,11 +124,14 @@ class StreamingJoin(Operator):
             )
             for side in (LEFT, RIGHT)
         )
-        self._nulls = tuple((None,) * len(s) for s in self.spec.inputs)
+        self._nulls: tuple[Row, Row] = ((None,) * len(left), (None,) * len(right))
         self._join_key = tuple(v.join_key for v in self.views)
         # The rows each batch run in progress (by context) holds: see
         # operators/join/_batch.py.
         self._held: dict[int, dict[str, HeldSide]] = {}
+        #: Input batches may take the rules as steps over the batch
+        #: (operators/join/_bulk.py): with no condition.
+        self._in_bulk = condition is None
         tables = [v.table for v in self.views]
         self.tables = [*tables, _SWEEPS] if any(t is not None for t in ttls) else tables
 
@@ -177,7 +181,8 @@ class StreamingJoin(Operator):
     def process_batch(self, ctx: OperatorContext, batch: pa.RecordBatch, side: int) -> None:
         """The batch path (:mod:`operators.join._batch`): read every row the
         batch may touch and is not held yet at once, apply the emit rules to
-        each input row in order over the rows held; the net changes are
+        each input row in order over the rows held (as steps over the whole
+        batch where :mod:`operators.join._bulk` can); the net changes are
         written at the end of the micro-batch (:meth:`flush`). A side with a
         TTL expires rows as it reads them, and goes record at a time."""
         if any(v.ttl_ms is not None for v in self.views):
@@ -190,8 +195,22 @@ class StreamingJoin(Operator):
         keys = list(map(self._join_key[side], rows))
         if not (own.complete and theirs.complete):  # else every row is held
             self._load(ctx, batch, rows, keys, own, theirs)
+        kinds = row_kinds(batch)
+        null_keys = not self.null_safe and any(
+            batch.column(n).null_count for n in self.spec.keys[side]
+        )
         states = (own, theirs) if side == LEFT else (theirs, own)
-        self._rows(ctx, states, rows, keys, row_kinds(batch), side)
+
+        def by_rule(i: int) -> None:
+            self._rows(ctx, states, rows[i : i + 1], keys[i : i + 1], kinds[i : i + 1], side)
+
+        if (
+            self._in_bulk
+            and not null_keys
+            and JoinRun(ctx, own, theirs, side, self._nulls, by_rule).apply(rows, keys, kinds)
+        ):
+            return
+        self._rows(ctx, states, rows, keys, kinds, side)
         # The tables are written at the end of the micro-batch (flush).
 
     def _load(

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from operators import Operator, OperatorContext, RowKind
+from operators._api.dirty import InputPolicy
 from operators.join import JoinType, StreamingJoin, _batch
 from operators.testing import OperatorHarness
 from tests.operators.join.test_join_differential import run
@@ -94,6 +95,103 @@ class TestBatchPath:
         monkeypatch.setattr(_batch, "SEEK_ROWS", 0)
         for s in range(seed * 25, (seed + 1) * 25):
             run(s, "memory", tmp_path / str(s), None)
+
+
+def dirty_changes(seed: int) -> list[tuple[int, list[tuple[Any, ...]], list[RowKind]]]:
+    """Runs whose rows the steps over a whole batch cannot all take:
+    retractions of rows never stored, inserts of a stored id with new values
+    (an upsert with a unique key, a second row without), the same row
+    twice, a row inserted and retracted within one run."""
+    rnd = random.Random(seed)
+    live: list[list[tuple[Any, ...]]] = [[], []]
+    runs = []
+    for i in range(40):
+        side = rnd.randrange(2)
+        rows, kinds = [], []
+        for j in range(rnd.randint(1, 10)):
+            pick = rnd.random()
+            if live[side] and pick < 0.25:
+                rows.append(live[side].pop(rnd.randrange(len(live[side]))))
+                kinds.append(RowKind.DELETE)
+            elif pick < 0.35:  # never stored
+                rows.append((-1 - i, rnd.randrange(3), rnd.randrange(3)))
+                kinds.append(RowKind.DELETE)
+            else:
+                if live[side] and pick < 0.5:  # a stored id again, or the very row
+                    old = rnd.choice(live[side])
+                    row = old if rnd.random() < 0.5 else (old[0], old[1], rnd.randrange(3))
+                else:
+                    row = (i * 100 + j, rnd.randrange(3), rnd.randrange(3))
+                live[side].append(row)
+                rows.append(row)
+                kinds.append(RowKind.INSERT)
+        runs.append((side, rows, kinds))
+    return runs
+
+
+class TestWholeBatchSteps:
+    """operators/join/_bulk.py: an input batch's rules as steps over it."""
+
+    @pytest.mark.parametrize("join_type", list(JoinType))
+    @pytest.mark.parametrize("unique", [True, False])
+    def test_dirty_runs_as_record_at_a_time(
+        self, join_type: JoinType, unique: bool, tmp_path: Path
+    ) -> None:
+        """Under unknown_retractions='apply', runs that mix clean rows with
+        retractions of unknown rows, upserts, repeated rows and identities
+        twice in a run emit what record at a time emits, in order, and leave
+        the same state and state metrics (associations driven below zero by
+        applied unknown retractions included)."""
+        for seed in range(6):
+            got = []
+            for cls in (StreamingJoin, RowAtATime):
+                with OperatorHarness(
+                    make(cls, join_type, unique), backend="memory", path=tmp_path / f"{cls}{seed}"
+                ) as h:
+                    h.policy = InputPolicy.of("apply", None, "j")
+                    metrics = []
+                    for b, (side, rows, kinds) in enumerate(dirty_changes(seed)):
+                        h.process_rows(rows, kinds, side)
+                        if b % 5 == 4:
+                            h.commit()
+                            metrics.append(h.last_metrics)
+                    h.commit()
+                    metrics.append(h.last_metrics)
+                    state = [list(h.table(t).scan()) for t in ("left", "right")]
+                    got.append([h.output, state, _state_metrics(metrics)])
+            assert got[0] == got[1], f"seed {seed}"
+
+    @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.FULL])
+    def test_clean_runs_take_the_steps_and_the_rest_goes_by_rule(
+        self, join_type: JoinType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run of new rows and retractions of stored ones takes no row
+        through the rules one by one; in a run with one upsert, that row
+        alone does; a run that repeats an identity takes none either (it is
+        cut into spans)."""
+        by_rule: list[tuple[Any, ...]] = []
+        rules = StreamingJoin._rows
+
+        def counted(self: StreamingJoin, ctx: Any, states: Any, rows: Any, *rest: Any) -> None:
+            by_rule.extend(rows)
+            rules(self, ctx, states, rows, *rest)
+
+        monkeypatch.setattr(StreamingJoin, "_rows", counted)
+        join = make(StreamingJoin, join_type, True)
+        with OperatorHarness(join, backend="memory", path=tmp_path) as h:
+            h.process_rows([(i, i % 3, 0) for i in range(10)], side=0)
+            h.process_rows([(100 + i, i % 4, 0) for i in range(10)], side=1)
+            h.process_rows([(2, 2, 0), (20, 1, 0)], [RowKind.DELETE, RowKind.INSERT], side=0)
+            assert by_rule == []
+            h.process_rows([(21, 1, 0), (3, 0, 5), (22, 2, 0)], side=0)  # (3, ...) upserts
+            assert by_rule == [(3, 0, 5)]
+            h.process_rows([(30, 1, 0), (30, 1, 0)], [RowKind.INSERT, RowKind.DELETE], side=1)
+            assert by_rule == [(3, 0, 5)]
+
+
+def _state_metrics(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The state rows' counters of each commit's metrics."""
+    return [{k: v for k, v in m.items() if "State" in k or "Unknown" in k} for m in history]
 
 
 NULLABLE = pa.schema([("id", pa.string()), ("k", pa.int64()), ("v", pa.int64())])
