@@ -13,7 +13,7 @@ from pathlib import Path
 from bench import BenchConfig, charts, report, versus
 from bench.runner import Machine
 from bench.runner import run as bench_run
-from bench.suites import STORE, load
+from bench.suites import STORE, SuiteUsageError, load
 from operators.cli import DEFAULT_ROWS, QUICK_ROWS
 
 __all__ = ["run"]
@@ -56,9 +56,21 @@ def _bench_suite(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"relstate bench --suite {args.suite}: {message} ...", file=sys.stderr, flush=True)
 
-    if args.scale != 1 and "scale" not in inspect.signature(suite).parameters:
+    # A suite is asked only for the options given, and refuses those it lacks.
+    given = {
+        name: value
+        for name, value in (
+            ("scale", args.scale if args.scale != 1 else None),
+            ("only", args.only),
+            ("rounds", args.rounds),
+        )
+        if value is not None
+    }
+    lacking = [n for n in given if n not in inspect.signature(suite).parameters]
+    if lacking:
         print(
-            f"relstate bench: suite {args.suite!r} runs at one size only (no --scale)",
+            f"relstate bench: suite {args.suite!r} takes no "
+            + ", ".join(f"--{n}" for n in lacking),
             file=sys.stderr,
         )
         return 2
@@ -66,14 +78,12 @@ def _bench_suite(args: argparse.Namespace) -> int:
     # Before the suite starts Spark: the load of other work, not the suite's own.
     machine = Machine.current()
     with tempfile.TemporaryDirectory(prefix=f"relstate-bench-{args.suite}-") as tmp:
-        result = dataclasses.replace(
-            # A suite is asked for a scale only when one is given.
-            suite(args.quick, Path(tmp), progress, scale=args.scale)
-            if args.scale != 1
-            else suite(args.quick, Path(tmp), progress),
-            machine=machine,
-            scale=args.scale,
-        )
+        try:
+            result = suite(args.quick, Path(tmp), progress, **given)
+        except SuiteUsageError as exc:  # say, a workload the suite does not have
+            print(f"relstate bench: {exc}", file=sys.stderr)
+            return 2
+        result = dataclasses.replace(result, machine=machine, scale=args.scale)
     print(versus.terminal(result), end="")
     if args.no_write:
         return 0

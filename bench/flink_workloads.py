@@ -10,7 +10,7 @@ that move ``v``, deletes), and an append stream for deduplication.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,6 +20,7 @@ import pyarrow as pa
 from bench.debezium import write_debezium, write_json
 from bench.join_workload import changelog, make_join, run_dict
 from bench.relational_workload import APPEND, append_stream, changelog_stream
+from bench.suites import SuiteUsageError
 from encoding import Direction, KeyColumn
 from operators._api.changelog import ROW_KIND
 from operators._api.operator import Operator
@@ -28,7 +29,7 @@ from operators.dedup import Deduplicate
 from operators.join import JoinType
 from operators.topn import TopN
 
-__all__ = ["TOP", "FlinkInput", "MicroBatch", "Workload", "workloads"]
+__all__ = ["NAMES", "TOP", "FlinkInput", "MicroBatch", "Workload", "workloads"]
 
 #: One micro-batch of relstate's input: runs of (side, rows), in order.
 MicroBatch = list[tuple[int, pa.RecordBatch]]
@@ -167,8 +168,40 @@ def _schema(table: pa.Table) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in table.schema if f.name != ROW_KIND])
 
 
-def workloads(rows: int, seed: int = 1) -> list[Workload]:
-    """Every workload, each about ``rows`` changelog rows."""
+#: Every workload's name, in the suite's order.
+NAMES = (
+    "join_inner_uk",
+    "join_inner_nouk",
+    "join_full_uk",
+    "join_full_nouk",
+    "aggregate",
+    "topn",
+    "dedup_first",
+    "dedup_last",
+)
+
+
+def workloads(rows: int, seed: int = 1, only: Collection[str] | None = None) -> list[Workload]:
+    """Every workload (``only``: those named), each about ``rows``
+    changelog rows; a changelog only the workloads left out would read is
+    not made. A name not in :data:`NAMES` is a
+    :class:`~bench.suites.SuiteUsageError`."""
+    wanted = set(NAMES if only is None else only)
+    unknown = wanted.difference(NAMES)
+    if unknown:
+        raise SuiteUsageError(f"no Flink workload {sorted(unknown)}; there are {list(NAMES)}")
+    out: list[Workload] = []
+    if wanted.intersection(NAMES[:4]):
+        out += _joins(rows)
+    if wanted.intersection(("aggregate", "topn")):
+        out += _on_changes(rows, seed)
+    if wanted.intersection(("dedup_first", "dedup_last")):
+        out += _dedups(rows, seed)
+    return [w for w in out if w.name in wanted]
+
+
+def _on_changes(rows: int, seed: int) -> list[Workload]:
+    """The group aggregate and top-N over one changelog."""
     initial, changes = rows // 2, rows // 16
     groups = max(rows // 20, 1)
     stream = changelog_stream(initial, changes, 6, groups, seed=seed)
@@ -183,28 +216,8 @@ def workloads(rows: int, seed: int = 1) -> list[Workload]:
     changes_in = FlinkInput("agg_src", APPEND, stream)
     topn_in = FlinkInput("topn_src", APPEND, stream)
     top = TopN(APPEND, [KeyColumn("v", Direction.DESC), "id"], TOP, ["k"])
-    appended = append_stream(rows, max(rows // 10, 1), 10, seed=seed)
-    dedup: list[Workload] = []
-    for keep in ("first", "last"):
-        source = FlinkInput(f"dedup_{keep}_src", APPEND, appended, changelog=False, proctime=True)
-        order = "ASC" if keep == "first" else "DESC"
-        dedup.append(
-            Workload(
-                f"dedup_{keep}",
-                f"deduplication on processing time, keep {keep}, over an append stream",
-                rows,
-                partial(Deduplicate, APPEND, ["k"], keep=keep, generate_update_before=True),
-                _whole(appended),
-                (source,),
-                f"SELECT k, v, id FROM (SELECT k, v, id, ROW_NUMBER() OVER (PARTITION BY k "
-                f"ORDER BY pt {order}) AS rn FROM {source.name}) WHERE rn = 1",
-                APPEND,
-                mini_batch=True,
-            )
-        )
     total = sum(t.num_rows for t in stream)
     return [
-        *_joins(rows),
         Workload(
             "aggregate",
             "group aggregate: count(*), sum, min, max, count(distinct) of v by k",
@@ -229,5 +242,28 @@ def workloads(rows: int, seed: int = 1) -> list[Workload]:
             top.output,
             mini_batch=False,
         ),
-        *dedup,
     ]
+
+
+def _dedups(rows: int, seed: int) -> list[Workload]:
+    """Deduplication keeping the first and the last row, over one append stream."""
+    appended = append_stream(rows, max(rows // 10, 1), 10, seed=seed)
+    dedup: list[Workload] = []
+    for keep in ("first", "last"):
+        source = FlinkInput(f"dedup_{keep}_src", APPEND, appended, changelog=False, proctime=True)
+        order = "ASC" if keep == "first" else "DESC"
+        dedup.append(
+            Workload(
+                f"dedup_{keep}",
+                f"deduplication on processing time, keep {keep}, over an append stream",
+                rows,
+                partial(Deduplicate, APPEND, ["k"], keep=keep, generate_update_before=True),
+                _whole(appended),
+                (source,),
+                f"SELECT k, v, id FROM (SELECT k, v, id, ROW_NUMBER() OVER (PARTITION BY k "
+                f"ORDER BY pt {order}) AS rn FROM {source.name}) WHERE rn = 1",
+                APPEND,
+                mini_batch=True,
+            )
+        )
+    return dedup

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -211,14 +211,23 @@ def _sinks(flink: FlinkWorker, env: str, work: Workload, out: Path | None) -> No
         )
 
 
-def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1) -> SuiteResult:
+def run(
+    quick: bool,
+    workdir: Path,
+    progress: Callable[[str], None],
+    scale: int = 1,
+    only: Collection[str] | None = None,
+    rounds: int | None = None,
+) -> SuiteResult:
     """The suite: 1M changelog rows per workload (20k with ``quick``),
-    ``scale`` times that."""
+    ``scale`` times that; ``only``: the workloads named (of
+    :data:`~bench.flink_workloads.NAMES`), ``rounds``: counted rounds
+    (:data:`ROUNDS`, 1 with ``quick``)."""
     rows = (20_000 if quick else 1_000_000) * scale
-    rounds = 1 if quick else ROUNDS
-    python = flink_python(progress)
+    rounds = rounds or (1 if quick else ROUNDS)
     progress(f"making the changelogs ({rows:,} rows a workload)")
-    works = workloads(rows)
+    works = workloads(rows, only=only)  # before Flink: a wrong name fails at once
+    python = flink_python(progress)
     folders = {}
     for work in works:
         for source in work.inputs:

@@ -2,7 +2,9 @@
 
 Each suite is a module with ``run(quick, workdir, progress, scale=1) ->
 SuiteResult``, ``scale`` times its default size; it is imported only when
-asked for, since most start Spark.
+asked for, since most start Spark. A suite may take more options (the
+Flink suite: ``only``, ``rounds``); one it is given and cannot take, such
+as a workload it does not have, is a :class:`SuiteUsageError`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from bench.versus import SuiteResult
 
-__all__ = ["STORE", "SUITES", "Suite", "load"]
+__all__ = ["STORE", "SUITES", "Suite", "SuiteUsageError", "load"]
 
 #: The state-store benchmark (encodings, StateTable vs raw, checkpoints).
 STORE = "store"
@@ -33,11 +35,20 @@ SUITES: dict[str, str] = {
 }
 
 
+class SuiteUsageError(ValueError):
+    """A suite was given an option value it cannot take."""
+
+
 class Suite(Protocol):
     """What a suite module provides."""
 
     def __call__(
-        self, quick: bool, workdir: Path, progress: Callable[[str], None], scale: int = 1
+        self,
+        quick: bool,
+        workdir: Path,
+        progress: Callable[[str], None],
+        scale: int = 1,
+        **options: Any,
     ) -> SuiteResult: ...
 
 

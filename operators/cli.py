@@ -32,6 +32,13 @@ def _rows(text: str) -> int:
     return rows
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("must name at least one workload")
+    return names
+
+
 def _scale(text: str) -> int:
     try:
         scale = int(text)
@@ -104,6 +111,18 @@ def _parser() -> argparse.ArgumentParser:
             "with an operator --suite: N times its default size (writes "
             "docs/bench/NAME-xN.md); a run at 10 takes many minutes"
         ),
+    )
+    bench.add_argument(
+        "--only",
+        type=_names,
+        metavar="NAMES",
+        help="with --suite flink: only these workloads, comma-separated (e.g. aggregate,topn)",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=_scale,
+        metavar="N",
+        help="with --suite flink: N counted rounds (default 3)",
     )
     bench.set_defaults(handler=_bench)
 

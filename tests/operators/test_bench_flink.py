@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench import phases
+from bench import flink_workloads, phases
 from bench.debezium import (
     OutputsDiffer,
     check_same,
@@ -167,6 +167,20 @@ class TestWorkloads:
                 )
                 assert mine.select(theirs.column_names).equals(theirs), work.name
             assert work.rows == sum(b.num_rows for m in work.micro for _, b in m), work.name
+
+    def test_only_the_workloads_named_are_made(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """``only`` keeps the workloads named, in the suite's order, and
+        makes no changelog that only the others read."""
+        made: list[str] = []
+        real = flink_workloads._joins
+        monkeypatch.setattr(
+            flink_workloads, "_joins", lambda rows: made.append("joins") or real(rows)
+        )
+        works = workloads(2_000, only=["dedup_last", "aggregate"])
+        assert [w.name for w in works] == ["aggregate", "dedup_last"]
+        assert made == []
+        assert [w.name for w in workloads(2_000, only=["join_full_uk"])] == ["join_full_uk"]
+        assert made == ["joins"]
 
     def test_flink_tables_say_their_format_and_keys(self, tmp_path: Path) -> None:
         """A changelog input is debezium-json, an append stream json with a

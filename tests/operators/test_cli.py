@@ -117,3 +117,21 @@ def test_bench_outside_a_checkout_says_so(
     assert main([*QUICK, "--no-write"]) == 2
     err = capsys.readouterr().err
     assert "no bench/ beside" in err and "source checkout" in err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--suite", "join", "--only", "aggregate"], "suite 'join' takes no --only"),
+        (["--suite", "join", "--rounds", "1"], "suite 'join' takes no --rounds"),
+        (["--suite", "flink", "--only", "joins"], "no Flink workload ['joins']; there are"),
+    ],
+)
+def test_bench_refuses_an_option_its_suite_cannot_take(
+    arguments: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An option the suite does not take, or a workload it does not have,
+    fails with exit code 2 and a message saying which, before anything
+    runs (no Spark started, no Flink set up)."""
+    assert main(["bench", "--no-write", *arguments]) == 2
+    assert said in capsys.readouterr().err
