@@ -348,7 +348,7 @@ class HeldSide:
         under the rows held."""
         if self.complete:
             return
-        if self.by_identity or self.by_join_key or self.unlisted:
+        if self.by_identity or self.by_join_key:  # rows unlisted are held too
             self.flush(ctx)
             self._let_go()
         self.complete = True
