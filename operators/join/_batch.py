@@ -563,10 +563,7 @@ class HeldSide:
     def records_run(self, join_keys: Sequence[Row]) -> list[Sequence[int]]:
         """:meth:`records` of each join key of ``join_keys``, in C loops."""
         if self.one_per_join_key:
-            return [
-                () if i is None else (i,)
-                for i in self.in_side(list(map(self.by_identity.get, join_keys)))
-            ]
+            return [() if i is None else (i,) for i in self.in_side(self.held(join_keys))]
         if self.unsorted:
             for join_key in self.unsorted.intersection(join_keys):
                 self._sort(join_key)

@@ -97,7 +97,7 @@ class JoinRun:
         accumulates = [k is INS or k is UPA for k in kinds]  # no enum hash per row
         upserts = own.has_unique_key
         ruled = [
-            start + i
+            i
             for i, (a, f) in enumerate(zip(accumulates, found, strict=True))
             if (f is not None and upserts if a else f is None)
         ]
@@ -120,7 +120,7 @@ class JoinRun:
             self._outer(start, mine, accumulates, matches, ruled)
         else:
             self._inner(start, mine, kinds, matched, counts, ruled)
-        skip = {i - start for i in ruled}
+        skip = set(ruled)
         kept = [i for i in range(len(rows)) if i not in skip] if skip else range(len(rows))
         new = [i for i in kept if held[i] is None and accumulates[i]]
         for i in kept:
@@ -156,17 +156,16 @@ class JoinRun:
         pairs = list(map(add, paired, other) if self.side == LEFT else map(add, other, paired))
         out_kinds = list(chain.from_iterable(map(repeat, kinds, counts)))
         # Row i's pairs are pairs[at[i]:at[i + 1]].
-        at = [0, *itertools.accumulate(counts)] if ruled else []
-        done = 0
-        for r in ruled:
-            i = r - start
-            self.ctx.emit_rows(pairs[at[done] : at[i]], out_kinds[at[done] : at[i]])
-            self.by_rule(r)
-            done = i + 1
-        if ruled:
-            self.ctx.emit_rows(pairs[at[done] :], out_kinds[at[done] :])
-        else:
+        if not ruled:
             self.ctx.emit_rows(pairs, out_kinds)
+            return
+        at = [0, *itertools.accumulate(counts)]
+        done = 0
+        for i in ruled:
+            self.ctx.emit_rows(pairs[at[done] : at[i]], out_kinds[at[done] : at[i]])
+            self.by_rule(start + i)
+            done = i + 1
+        self.ctx.emit_rows(pairs[at[done] :], out_kinds[at[done] :])
 
     def _outer(
         self,
@@ -194,9 +193,9 @@ class JoinRun:
         once = theirs.has_unique_key
         counted: dict[int, int] = {}  # the associations of each match met
         calls = 0
-        ruled_here = {r - start for r in ruled}
+        one_by_one = set(ruled)
         for i, (row, accumulate, ms) in enumerate(zip(mine, accumulates, matches, strict=True)):
-            if i in ruled_here:
+            if i in one_by_one:
                 theirs.set_associations_run(counted, calls)
                 counted, calls = {}, 0
                 ctx.emit_rows(out, out_kinds)
@@ -222,29 +221,23 @@ class JoinRun:
                 before = counted.get(m)
                 if before is None:
                     before = associations_of(m)
-                if accumulate:
-                    padded_first = before == 0
-                    counted[m] = before + 1
-                elif before > 0:
-                    padded_after = before == 1
-                    counted[m] = before - 1
-                else:
+                if not accumulate and before <= 0:
                     continue  # no pair to retract
+                counted[m] = before + 1 if accumulate else before - 1
                 calls += 1
-                padded = own_nulls + m_row if side == LEFT else m_row + own_nulls
+                # The match's padded row goes as its first association comes,
+                # and comes back as its last goes.
+                rows_out: tuple[Row, ...]
+                kinds_out: tuple[RowKind, ...]
+                if before == (0 if accumulate else 1):
+                    padded = own_nulls + m_row if side == LEFT else m_row + own_nulls
+                    rows_out = (padded, pair) if accumulate else (pair, padded)
+                    kinds_out = (DEL, INS)  # either way: a retraction, then an insert
+                else:
+                    rows_out, kinds_out = (pair,), (kind,)
                 for _ in range(n):
-                    if accumulate:
-                        if padded_first:
-                            emit(padded)
-                            emit_kind(DEL)
-                        emit(pair)
-                        emit_kind(INS)
-                    else:
-                        emit(pair)
-                        emit_kind(DEL)
-                        if padded_after:
-                            emit(padded)
-                            emit_kind(INS)
+                    out.extend(rows_out)
+                    out_kinds.extend(kinds_out)
         theirs.set_associations_run(counted, calls)
         ctx.emit_rows(out, out_kinds)
 
