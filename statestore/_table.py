@@ -312,12 +312,27 @@ class StateTable:
     ) -> pa.RecordBatch:
         """The rows of many scans, each ``(prefix, start, end)`` as in
         :meth:`scan`, one after another as one Arrow record batch: many short
-        scans (one per join key, say) decode once, not once each."""
+        scans (one per join key, say) decode once, not once each. Plain
+        prefixes (no ``start``, no ``end``) over storage the epoch has not
+        written are read through one reused iterator, with no bounds built
+        per prefix."""
+        ranges = list(ranges)
+        if not self._mem and not self._range_deletes:
+            prefixes = [p for p, start, end in ranges if start is None and end is None]
+            if len(prefixes) == len(ranges):
+                return self.rows.decode_batch(self.values.read_prefixes(self._prefixes(prefixes)))
         values: list[bytes] = []
         for prefix, start, end in ranges:
             lower, upper = self._bounds(prefix, start, end)
             values.extend(self._merged_values(lower, upper, False))
         return self.rows.decode_batch(values)
+
+    def _prefixes(self, prefixes: list[Sequence[Any]]) -> list[bytes]:
+        """The key bytes of scan prefixes, each no longer than the key."""
+        if prefixes and max(map(len, prefixes)) > self._n_key:
+            for prefix in prefixes:
+                self._bounds(prefix, None, None)  # raises the error a scan raises
+        return list(map(self._encode_key, prefixes))
 
     def _storage(
         self, lower: bytes, upper: bytes | None, reverse: bool

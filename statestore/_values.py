@@ -20,7 +20,7 @@ from functools import partial
 from itertools import islice
 from typing import Protocol
 
-from encoding import CellCodec, KeyCodec, RowCodec, TableSchema, ValueLayout
+from encoding import CellCodec, KeyCodec, RowCodec, TableSchema, ValueLayout, prefix_successor
 from statestore._typing import KVBackend
 
 __all__ = ["CellValues", "RowValues", "TableValues", "values_of"]
@@ -71,6 +71,11 @@ class TableValues(Protocol):
         are more (the caller then streams the range)."""
         ...
 
+    def read_prefixes(self, prefixes: Sequence[bytes]) -> list[bytes]:
+        """The rows whose keys start with each of ``prefixes`` (row-key
+        prefixes), one prefix's after another, each in key order."""
+        ...
+
     def count(self, lower: bytes, upper: bytes | None, keep: KeyFilter | None) -> int:
         """Rows in ``[lower, upper)``, reading keys only."""
         ...
@@ -110,6 +115,28 @@ def _short_reader(backend: KVBackend) -> _ShortRead:
     return read_short
 
 
+class _PrefixRead(Protocol):
+    def __call__(self, prefixes: Sequence[bytes]) -> list[bytes]: ...
+
+
+def _prefix_reader(backend: KVBackend) -> _PrefixRead:
+    """The backend's own read of many prefixes (one reused iterator), or
+    one built on :meth:`~statestore.KVBackend.read_values` for a backend
+    that has none."""
+    own: _PrefixRead | None = getattr(backend, "read_prefixes", None)
+    return own if own is not None else partial(_read_each, backend.read_values)
+
+
+def _read_each(
+    read_values: Callable[[bytes, bytes | None], list[bytes]], prefixes: Sequence[bytes]
+) -> list[bytes]:
+    """The values under each of ``prefixes``, one range read a prefix."""
+    out: list[bytes] = []
+    for prefix in prefixes:
+        out.extend(read_values(prefix, prefix_successor(prefix)))
+    return out
+
+
 class RowValues:
     """The ``row`` layout: the backend's pairs are the rows."""
 
@@ -125,6 +152,7 @@ class RowValues:
         self.read_short: Callable[[bytes, bytes | None], list[bytes] | None] = partial(
             _short_reader(backend), limit=PAGE
         )
+        self.read_prefixes: _PrefixRead = _prefix_reader(backend)
         self._backend = backend
 
     def items(
@@ -226,6 +254,9 @@ class CellValues:
             if not out or out[-1] != row_key:
                 out.append(row_key)
         return out
+
+    def read_prefixes(self, prefixes: Sequence[bytes]) -> list[bytes]:
+        return _read_each(self.read_values, prefixes)
 
     def read_short(self, lower: bytes, upper: bytes | None) -> list[bytes] | None:
         rows = list(islice(self.items(lower, upper, False, None), PAGE + 1))

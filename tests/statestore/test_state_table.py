@@ -241,6 +241,40 @@ class TestScan:
         assert batch.schema == self.COLS
         assert [tuple(r.values()) for r in batch.to_pylist()] == list(t.scan((1,)))
 
+    @pytest.mark.parametrize("pending", [False, True])
+    def test_scan_ranges_of_prefixes_is_each_scan(
+        self, backend: KVBackend, layout: str, pending: bool
+    ) -> None:
+        """``scan_ranges`` of plain prefixes (read through one iterator when
+        the epoch wrote nothing, ``pending=False``; merged over the MemTable
+        otherwise) gives each prefix's scan, one after another: ascending
+        prefixes with gaps and prefixes without rows, a prefix twice, one
+        extending another, descending ones, a whole key and the empty prefix."""
+        t = self._fill(backend, layout)
+        t.commit(2)
+        if pending:
+            t.insert((5, "z", 5.0))
+        cases: list[list[tuple[Any, ...]]] = [
+            [(0,), (1,), (2,), (3,)],
+            [(0,), (2,), (9,), (-1,)],
+            [(1,), (1,), (1, "bb"), (1, "b")],
+            [(3,), (1,), (0, "d"), (0, "a")],
+            [(), (2,)],
+            [],
+        ]
+        for prefixes in cases:
+            got = t.scan_ranges([(p, None, None) for p in prefixes])
+            expected = [row for p in prefixes for row in t.scan(p)]
+            assert [tuple(r.values()) for r in got.to_pylist()] == expected, prefixes
+            assert got.schema == self.COLS
+
+    def test_scan_ranges_prefix_longer_than_the_key(self, backend: KVBackend) -> None:
+        """A prefix longer than the key is refused as a scan refuses it."""
+        t = self._fill(backend, "row")
+        t.commit(2)
+        with pytest.raises(EncodingError, match="longer than the primary key"):
+            t.scan_ranges([((1,), None, None), ((1, "a", 2.0), None, None)])
+
     def test_descending_key(self, backend: KVBackend, layout: str) -> None:
         """A descending key column scans from the largest value."""
         cols = pa.schema([("k", pa.int64()), ("v", pa.int64())])

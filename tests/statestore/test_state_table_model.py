@@ -41,6 +41,7 @@ OPS = st.one_of(
         st.tuples(st.integers(0, 2), A, B, st.booleans(), st.booleans(), st.booleans()),
     ),
     st.tuples(st.just("scan_ranges"), st.lists(st.tuples(A, B), max_size=3)),
+    st.tuples(st.just("scan_prefixes"), st.lists(st.tuples(st.integers(0, 2), A, B), max_size=4)),
     st.tuples(st.just("get_batch"), st.lists(ROWS, max_size=4)),
     st.tuples(st.just("delete_keys"), st.lists(ROWS, max_size=4, unique_by=lambda r: r[:2])),
     st.tuples(st.just("update_batch"), st.lists(ROWS, max_size=4, unique_by=lambda r: r[:2])),
@@ -142,6 +143,15 @@ class TestStateTableModel:
                     hits = [r for r in cur.values() if r[0] == a and keys.encode(_key(r)) >= lower]
                     expected += ordered(hits)
                 assert _tuples(table.scan_ranges(ranges)) == expected
+            elif name == "scan_prefixes":
+                # Plain prefixes (no start or end), of any depth, in any order.
+                prefixes = [(a, b)[:depth] for depth, a, b in arg]
+                expected = []
+                for prefix in prefixes:
+                    under = [r for r in cur.values() if _key(r)[: len(prefix)] == prefix]
+                    expected += ordered(under)
+                got = table.scan_ranges([(prefix, None, None) for prefix in prefixes])
+                assert _tuples(got) == expected
             elif name == "get_batch":
                 found, mask = table.get_batch(_keys_batch(arg))
                 assert mask.to_pylist() == [_key(r) in cur for r in arg]
