@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from encoding import Row
 from operators._api.changelog import ROW_KIND, RowKind, row_kinds
-from operators.join import JoinType, StreamingJoin
+from operators.join import HELD_ROWS, JoinType, StreamingJoin
 from operators.testing import OperatorHarness
 
 __all__ = ["SIDE", "DictJoin", "MicroBatch", "changelog", "make_join", "run_dict", "run_harness"]
@@ -78,9 +78,11 @@ def _batch(rows: Sequence[tuple[Row, str]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([*SIDE, (ROW_KIND, pa.string())]))
 
 
-def make_join(join_type: JoinType, unique_key: bool) -> StreamingJoin:
+def make_join(join_type: JoinType, unique_key: bool, by_key: bool = False) -> StreamingJoin:
     """The workload's join on ``k``; with ``unique_key``, ``id`` is each side's
-    unique key (rows keyed (k, id)), else rows are keyed (k, whole row)."""
+    unique key (rows keyed (k, id)), else rows are keyed (k, whole row).
+    With ``by_key``, no side is ever held whole (``held_rows=0``): each
+    input batch reads its keys, as a side past ``held_rows`` does."""
     uk = ["id"] if unique_key else None
     return StreamingJoin(
         join_type,
@@ -91,6 +93,7 @@ def make_join(join_type: JoinType, unique_key: bool) -> StreamingJoin:
         left_unique_key=uk,
         right_unique_key=uk,
         right_prefix="r_",
+        held_rows=0 if by_key else HELD_ROWS,
     )
 
 

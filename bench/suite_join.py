@@ -24,6 +24,7 @@ __all__ = ["REPEATS", "WARM_ROWS", "measure", "run"]
 
 _DICT = "plain-dict Python join"
 _MEMORY = "relstate, memory backend"
+_WHOLE = "relstate, RocksDB, sides read whole"
 
 #: Counted runs of each side at the default size: one run is about a second,
 #: and a shared 2-core machine moves single runs by 10-20%, so the medians of
@@ -66,15 +67,23 @@ def measure(
                     backend,
                     workdir / f"{join_type.value}-{unique_key}-{backend}-warm",
                 )
-            seconds: dict[str, list[float]] = {"rocksdb": [], "memory": [], "dict": []}
+            sides = ("rocksdb", "dict", "memory", "by key")
+            seconds: dict[str, list[float]] = {side: [] for side in sides}
             history: list[dict[str, Any]] = []
             dict_out = 0
             for i in range(repeats):
                 progress(f"{name}: run {i + 1} of {repeats}")
                 out: dict[str, int] = {}
-                for side in ("rocksdb", "dict", "memory"):
+                for side in sides:
                     if side == "dict":
                         took, out[side] = run_dict(join_type, micro)
+                    elif side == "by key":
+                        took, out[side] = run_harness(
+                            make_join(join_type, unique_key, by_key=True),
+                            micro,
+                            "rocksdb",
+                            workdir / f"{join_type.value}-{unique_key}-by-key-{i}",
+                        )
                     else:
                         history = []
                         took, out[side] = run_harness(
@@ -86,7 +95,7 @@ def measure(
                         )
                     seconds[side].append(took)
                 dict_out = out["dict"]
-                for side in ("rocksdb", "memory"):
+                for side in ("rocksdb", "memory", "by key"):
                     if out[side] != dict_out:
                         raise RuntimeError(
                             f"{name} on {side}: relstate emitted {out[side]} rows, the dict "
@@ -105,6 +114,15 @@ def measure(
                 _MEMORY,
             )
             comparisons.append(versus_memory)
+            comparisons.append(
+                Comparison.of_runs(
+                    f"{name} (RocksDB, read by key vs read whole)",
+                    total,
+                    seconds["by key"],
+                    seconds["rocksdb"],
+                    _WHOLE,
+                )
+            )
             readings.append(
                 (
                     f"{name}: rows per second per partition (medians)",
@@ -113,7 +131,12 @@ def measure(
                     f"{_rate(total, versus_dict.baseline_seconds)}; {dict_out:,} output rows",
                 )
             )
-            for side, label in (("rocksdb", "RocksDB"), ("dict", "dict"), ("memory", "memory")):
+            for side, label in (
+                ("rocksdb", "RocksDB"),
+                ("dict", "dict"),
+                ("memory", "memory"),
+                ("by key", "RocksDB, read by key"),
+            ):
                 readings.append((f"{name}: runs, {label}", runs(seconds[side])))
     return comparisons, readings, work
 
@@ -126,9 +149,9 @@ def run(quick: bool, workdir: Path, progress: Callable[[str], None], scale: int 
     comparisons, readings, work = measure(rows, workdir, progress, repeats)
     timing = (
         f"Each side first runs once on {WARM_ROWS:,} rows per side, not counted (the first "
-        "run in a process pays for first calls); then the three sides run "
-        f"{repeats} times, alternating (RocksDB, dict, memory), and the table compares "
-        "their medians; every run is listed below."
+        "run in a process pays for first calls); then the four sides run "
+        f"{repeats} times, alternating (RocksDB, dict, memory, RocksDB read by key), and "
+        "the table compares their medians; every run is listed below."
         if repeats > 1
         else f"Each side first runs once on {WARM_ROWS:,} rows per side, not counted (the "
         "first run in a process pays for first calls); then each side runs once, so a "
@@ -151,6 +174,13 @@ no checkpoint, no recovery), and **{_MEMORY}** (the same operator with its
 state tables on the in-memory backend). A ratio below 1 means relstate on
 RocksDB is slower than the baseline: the price of durable, checkpointed state.
 The operator's output is checked to be the same size as the dict join's.
+
+**Read by key**: relstate on RocksDB once more, with `held_rows=0`, so that no
+side is ever read whole and held: each input batch reads the rows its keys
+touch (a multi-get of its own side's rows, one prefix read per join key of the
+other side), as a side of more than `held_rows` rows (a million by default)
+in one partition always does. Its time over the same join reading its sides
+whole is what a partition past that size pays per row.
 """
     return SuiteResult(
         suite="join",

@@ -40,25 +40,27 @@ from operators._api.operator import OperatorContext
 from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
 
-__all__ = ["SEEK_ROWS", "WHOLE_TABLE_ROWS", "HeldSide", "read_whole"]
+__all__ = ["HELD_ROWS", "SEEK_ROWS", "HeldSide", "read_whole"]
 
 
 #: A side's whole table is read once the micro-batch's input batches have
 #: asked it for at least a hundredth as many keys as the table has rows
 #: (:meth:`HeldSide.read_whole`): the rows read stay for the micro-batch's
 #: later input batches, so one read of the whole table is soon cheaper than
-#: a bounded scan (or a point read) per key of every input batch
-#: (``relstate bench --suite join`` measures both sides of the bound).
+#: a bounded scan (or a point read) per key of every input batch.
 SEEK_ROWS = 100
-#: ... and at most this many rows, which are then held as Python tuples.
-WHOLE_TABLE_ROWS = 1_000_000
+#: ... and has at most this many rows, which are then held as Python
+#: tuples: the default of :class:`~operators.join.StreamingJoin`'s
+#: ``held_rows`` (``relstate bench --suite join`` measures both sides of
+#: the bound).
+HELD_ROWS = 1_000_000
 
 
-def read_whole(keys: int, table: StateTable) -> bool:
-    """Whether ``keys`` keys are many enough for ``table`` to read it whole
-    (:data:`SEEK_ROWS`, :data:`WHOLE_TABLE_ROWS`)."""
+def read_whole(keys: int, table: StateTable, held_rows: int = HELD_ROWS) -> bool:
+    """Whether ``keys`` keys are many enough for ``table`` to read it whole,
+    and the table is small enough (:data:`SEEK_ROWS`, ``held_rows``)."""
     rows = table.row_count
-    return keys * SEEK_ROWS >= rows and rows <= WHOLE_TABLE_ROWS
+    return keys * SEEK_ROWS >= rows and rows <= held_rows
 
 
 class _NaN:
@@ -107,9 +109,11 @@ class HeldSide:
     :meth:`load_join_keys`, :meth:`load_join_key_rows`, :meth:`load_all`).
     """
 
-    def __init__(self, view: JoinStateView, table: StateTable) -> None:
+    def __init__(self, view: JoinStateView, table: StateTable, held_rows: int = HELD_ROWS) -> None:
         self.view = view
         self.table = table
+        #: The most rows of the table read whole (:func:`read_whole`).
+        self.held_rows = held_rows
         self.name = view.name
         self.outer = view.outer
         self.has_unique_key = view.has_unique_key
@@ -256,7 +260,7 @@ class HeldSide:
         (:func:`read_whole`). Many small input batches read the table once
         rather than by key each."""
         self.asked += keys
-        return read_whole(self.asked, self.table)
+        return read_whole(self.asked, self.table, self.held_rows)
 
     def load_identities(self, rows: Sequence[Row], batch: pa.RecordBatch) -> None:
         """Read the rows with the identities of ``rows`` (the input rows of
@@ -311,7 +315,9 @@ class HeldSide:
             return
         table = self.table
         values = list(wanted.values())
-        whole = read_whole(len(wanted), table) and not any(None in k for k in values)
+        whole = read_whole(len(wanted), table, self.held_rows) and not any(
+            None in k for k in values
+        )
         if whole:
             stored_rows = self._only(table.scan_batch(), values)
         else:

@@ -36,7 +36,8 @@ from encoding import PartitionLocal, Row, TableSchema
 from operators._api.changelog import RowKind, row_kinds
 from operators._api.metrics import TOTAL, UNKNOWN_RETRACTIONS, side_metric
 from operators._api.operator import Operator, OperatorContext
-from operators.join._batch import HeldSide
+from operators.errors import InputError
+from operators.join._batch import HELD_ROWS, HeldSide
 from operators.join._bulk import JoinRun
 from operators.join._spec import LEFT, RIGHT, JoinSpec, JoinType, output_schema, side_name
 from operators.join._views import H, JoinStateView, SideRows
@@ -79,6 +80,13 @@ class StreamingJoin(Operator):
     at processing time ``t`` is gone from ``t + <side>_ttl_ms`` on (Flink's
     TTL boundary, :mod:`operators._api.ttl`). ``left_prefix`` /
     ``right_prefix`` rename the output columns.
+
+    ``held_rows`` bounds the memory the batch path takes: a side whose table
+    holds at most that many rows (in the partition) is read whole once a
+    micro-batch asks it for many keys, and its rows are held as Python
+    tuples for the micro-batch; a larger one is read by key, each input
+    batch its own keys, which costs more per row (``docs/operators/join.md``,
+    "Speed").
     """
 
     # Every write follows a read of its key (find, records), so the tables
@@ -101,8 +109,12 @@ class StreamingJoin(Operator):
         left_prefix: str = "",
         right_prefix: str = "",
         name: str = "join",
+        held_rows: int = HELD_ROWS,
     ) -> None:
         self.spec = JoinSpec.of(join_type, left, right, left_keys, right_keys)
+        if isinstance(held_rows, bool) or not isinstance(held_rows, int) or held_rows < 0:
+            raise InputError(f"held_rows is a number of rows >= 0, got {held_rows!r}")
+        self.held_rows = held_rows
         self.name = name
         # Rows with one join key meet: each side by its keys.
         self.partition_keys = self.spec.keys
@@ -247,7 +259,7 @@ class StreamingJoin(Operator):
         held = self._held.setdefault(id(ctx), {})
         rows = held.get(view.name)
         if rows is None or not rows.current:
-            rows = held[view.name] = HeldSide(view, ctx.table(view.name))
+            rows = held[view.name] = HeldSide(view, ctx.table(view.name), self.held_rows)
         return rows
 
     # -- one row ---------------------------------------------------------------------------

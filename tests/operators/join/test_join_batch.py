@@ -12,7 +12,8 @@ import pytest
 
 from operators import Operator, OperatorContext, RowKind
 from operators._api.dirty import InputPolicy
-from operators.join import JoinType, StreamingJoin, _batch
+from operators.errors import InputError
+from operators.join import HELD_ROWS, JoinType, StreamingJoin, _batch
 from operators.testing import OperatorHarness
 from tests.operators.join.test_join_differential import run
 
@@ -59,9 +60,25 @@ def outputs(join: StreamingJoin, seed: int, path: Path) -> list[Any]:
         return [h.output, list(h.table("left").scan()), list(h.table("right").scan())]
 
 
-def make(cls: type[StreamingJoin], join_type: JoinType, unique: bool) -> StreamingJoin:
+def make(
+    cls: type[StreamingJoin],
+    join_type: JoinType,
+    unique: bool,
+    held_rows: int = HELD_ROWS,
+) -> StreamingJoin:
     key = ["id"] if unique else None
-    return cls(join_type, SIDE, SIDE, ["k"], ["k"], key, key, right_prefix="r_", name="j")
+    return cls(
+        join_type,
+        SIDE,
+        SIDE,
+        ["k"],
+        ["k"],
+        key,
+        key,
+        right_prefix="r_",
+        name="j",
+        held_rows=held_rows,
+    )
 
 
 class TestBatchPath:
@@ -69,22 +86,44 @@ class TestBatchPath:
     @pytest.mark.parametrize("unique", [True, False])
     @pytest.mark.parametrize("whole", [True, False])
     def test_same_rows_in_the_same_order(
-        self,
-        join_type: JoinType,
-        unique: bool,
-        whole: bool,
-        tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch,
+        self, join_type: JoinType, unique: bool, whole: bool, tmp_path: Path
     ) -> None:
         """Batch path and record at a time emit the same rows in the same
         order and leave the same state, whether the batch path reads whole
-        tables or reads per key."""
-        if not whole:
-            monkeypatch.setattr(_batch, "SEEK_ROWS", 0)
+        tables or, with ``held_rows=0``, reads per key."""
+        held_rows = HELD_ROWS if whole else 0
         for seed in range(5):
-            batched = outputs(make(StreamingJoin, join_type, unique), seed, tmp_path / f"b{seed}")
+            join = make(StreamingJoin, join_type, unique, held_rows)
+            batched = outputs(join, seed, tmp_path / f"b{seed}")
             single = outputs(make(RowAtATime, join_type, unique), seed, tmp_path / f"r{seed}")
             assert batched == single, f"seed {seed}"
+
+    def test_held_rows_bounds_the_tables_read_whole(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A side's table is read whole only while it holds at most
+        ``held_rows`` rows: with ``held_rows=0`` only while it is empty, with
+        the default also once it has rows."""
+        read_at: list[int] = []
+        load_all = _batch.HeldSide.load_all
+
+        def counted(side: _batch.HeldSide, ctx: OperatorContext) -> None:
+            read_at.append(side.table.row_count)
+            load_all(side, ctx)
+
+        monkeypatch.setattr(_batch.HeldSide, "load_all", counted)
+        outputs(make(StreamingJoin, JoinType.FULL, True, held_rows=0), 1, tmp_path / "none")
+        assert read_at and set(read_at) == {0}
+        read_at.clear()
+        outputs(make(StreamingJoin, JoinType.FULL, True), 1, tmp_path / "default")
+        assert max(read_at) > 0
+
+    @pytest.mark.parametrize("held_rows", [-1, True, 2.5, "1000"])
+    def test_held_rows_must_be_a_count(self, held_rows: Any) -> None:
+        """``held_rows`` that is not a whole number >= 0 is refused when the
+        join is made."""
+        with pytest.raises(InputError, match="held_rows"):
+            make(StreamingJoin, JoinType.INNER, True, held_rows=held_rows)
 
     @pytest.mark.parametrize("seed", range(4))
     def test_differential_reading_per_key(
