@@ -28,6 +28,7 @@ calls below).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -321,6 +322,9 @@ class HeldSide:
         if whole:
             stored_rows = self._only(table.scan_batch(), values)
         else:
+            if self.natural_order:  # in key order, RocksDB seeks a little faster
+                with contextlib.suppress(TypeError):  # a null beside a value
+                    values.sort()
             stored_rows = table.scan_ranges((k, None, None) for k in values)
         found: dict[Row, list[int]] = {key: [] for key in wanted}
         # Each scan comes in key order: appending keeps a list in order.
