@@ -26,7 +26,7 @@ from operators._api.changelog import ROW_KIND
 from operators._api.operator import Operator
 from operators.aggregate import Aggregate, GroupAggregate
 from operators.dedup import Deduplicate
-from operators.join import JoinType
+from operators.join import HELD_ROWS, JoinType
 from operators.topn import TopN
 
 __all__ = ["NAMES", "TOP", "FlinkInput", "MicroBatch", "Workload", "workloads"]
@@ -139,14 +139,17 @@ def _joins(rows: int) -> list[Workload]:
                 for i, s in enumerate(("l", "r"))
             )
             sql_join = "JOIN" if join_type is JoinType.INNER else "FULL OUTER JOIN"
-            join = make_join(join_type, unique)
+            # Each side held whole however large: relstate's best
+            # configuration, as Flink gets its own (see the page).
+            held_rows = max(HELD_ROWS, per_side)
+            join = make_join(join_type, unique, held_rows)
             out.append(
                 Workload(
                     name,
                     f"changelog join, {join_type.value}, "
                     f"{'a unique key (id) a side' if unique else 'no unique key'}",
                     2 * per_side,
-                    partial(make_join, join_type, unique),
+                    partial(make_join, join_type, unique, held_rows),
                     micro,
                     (left, right),
                     f"SELECT l.id, l.k, l.v, r.id, r.k, r.v FROM {left.name} AS l {sql_join} "

@@ -78,11 +78,11 @@ def _batch(rows: Sequence[tuple[Row, str]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([*SIDE, (ROW_KIND, pa.string())]))
 
 
-def make_join(join_type: JoinType, unique_key: bool, by_key: bool = False) -> StreamingJoin:
+def make_join(join_type: JoinType, unique_key: bool, held_rows: int = HELD_ROWS) -> StreamingJoin:
     """The workload's join on ``k``; with ``unique_key``, ``id`` is each side's
     unique key (rows keyed (k, id)), else rows are keyed (k, whole row).
-    With ``by_key``, no side is ever held whole (``held_rows=0``): each
-    input batch reads its keys, as a side past ``held_rows`` does."""
+    ``held_rows``: the join's bound on a side held whole (0: each input
+    batch reads its keys, as a side past the bound does)."""
     uk = ["id"] if unique_key else None
     return StreamingJoin(
         join_type,
@@ -93,7 +93,7 @@ def make_join(join_type: JoinType, unique_key: bool, by_key: bool = False) -> St
         left_unique_key=uk,
         right_unique_key=uk,
         right_prefix="r_",
-        held_rows=0 if by_key else HELD_ROWS,
+        held_rows=held_rows,
     )
 
 

@@ -461,7 +461,11 @@ workload:
 **relstate**: the operator through `OperatorHarness` on one partition over the
 Arrow micro-batches (inputs already in memory), state on RocksDB, a commit
 (with its checkpoint) after each micro-batch; wall time from the first batch
-to the last commit.
+to the last commit. Its best configuration, as Flink gets its own: the joins'
+`held_rows` is at least the changelog rows of a side, so each side is read
+whole and held in memory however large (at 1M rows that is the default, a
+million; past the default a side read by key costs more per row, as the
+join suite's "read by key" rows show).
 
 **Flink**: one warm Flink process for the whole run (every query ran at full
 size before anything is counted), streaming mode, parallelism 1, object reuse,

@@ -79,7 +79,7 @@ def measure(
                         took, out[side] = run_dict(join_type, micro)
                     elif side == "by key":
                         took, out[side] = run_harness(
-                            make_join(join_type, unique_key, by_key=True),
+                            make_join(join_type, unique_key, held_rows=0),
                             micro,
                             "rocksdb",
                             workdir / f"{join_type.value}-{unique_key}-by-key-{i}",

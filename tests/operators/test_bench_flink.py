@@ -182,6 +182,17 @@ class TestWorkloads:
         assert [w.name for w in workloads(2_000, only=["join_full_uk"])] == ["join_full_uk"]
         assert made == ["joins"]
 
+    def test_the_joins_hold_each_side_whole(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """relstate's joins run in their best configuration: ``held_rows`` is
+        at least a side's changelog rows, so no side is read by key however
+        large the run (here the default bound made smaller than a side)."""
+        monkeypatch.setattr(flink_workloads, "HELD_ROWS", 10)
+        for work in workloads(2_000, only=["join_inner_uk", "join_full_nouk"]):
+            side_rows = [
+                sum(b.num_rows for m in work.micro for s, b in m if s == side) for side in (0, 1)
+            ]
+            assert work.operator().held_rows >= max(side_rows) > 10, work.name
+
     def test_flink_tables_say_their_format_and_keys(self, tmp_path: Path) -> None:
         """A changelog input is debezium-json, an append stream json with a
         processing-time column; a unique key is a primary key not enforced."""
