@@ -214,10 +214,17 @@ class KeyCodec:
 
         Key columns are found by name and must have exactly the schema's types.
         """
+        keys: list[bytes] = self.encode_arrow(batch).to_pylist()
+        return keys
+
+    def encode_arrow(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
+        """:meth:`encode_batch` as one Arrow ``large_binary`` array: for keys
+        compared or sorted in Arrow (binary values sort as their bytes do,
+        in key order)."""
         arrays = [self._batch_column(batch, column) for column in self._columns]
         n = batch.num_rows
         if n == 0:
-            return []
+            return pa.array([], pa.large_binary())
         # Runs of fixed-width columns become one numpy matrix; strings become
         # Arrow binary arrays; Arrow concatenates the pieces row by row.
         pieces: list[pa.Array] = []
@@ -233,11 +240,12 @@ class KeyCodec:
             pieces.append(piece)
         if run:
             pieces.append(binary_rows(np.hstack(run)))
-        if len(pieces) == 1:
-            rows: list[bytes] = pieces[0].to_pylist()
-            return rows
-        keys: list[bytes] = pc.binary_join_element_wise(*pieces, EMPTY_LARGE_BINARY).to_pylist()
-        return keys
+        keys = (
+            pieces[0]
+            if len(pieces) == 1
+            else pc.binary_join_element_wise(*pieces, EMPTY_LARGE_BINARY)
+        )
+        return keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
 
     def _batch_column(self, batch: pa.RecordBatch | pa.Table, column: Column) -> pa.Array:
         arr = batch_column(

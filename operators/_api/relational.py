@@ -24,6 +24,7 @@ __all__ = [
     "aligned",
     "cast_column",
     "check_names",
+    "counted_rows",
     "key_tuples",
     "net_changes",
     "pylists",
@@ -31,6 +32,7 @@ __all__ = [
     "run_starts",
     "signs",
     "unheld",
+    "write_counts",
 ]
 
 
@@ -155,18 +157,34 @@ def add_counts(table: StateTable, rows: pa.Table, deltas: pa.Array) -> tuple[pa.
     inserted, changed ones updated, those whose count reaches zero or below
     deleted. Returns each row's count before and after (below zero: it
     retracted more than the table held, which the caller may count)."""
-    *fields, count = table.schema.columns
-    rows = rows.select([f.name for f in fields]).cast(pa.schema(fields))
+    rows = counted_rows(table, rows)
     stored, found = table.get_batch(rows)
     old = aligned(stored, found, rows.num_rows)
     before = pc.fill_null(old.column(old.num_columns - 1), 0).combine_chunks()
     after = pc.add(before, deltas)
+    write_counts(table, rows, found, after)
+    return before, after
+
+
+def counted_rows(table: StateTable, rows: pa.Table) -> pa.Table:
+    """``rows`` as the columns of a multiplicity ``table`` less its count
+    (by name, in its order, of its types)."""
+    fields = list(table.schema.columns)[:-1]
+    return rows.select([f.name for f in fields]).cast(pa.schema(fields))
+
+
+def write_counts(
+    table: StateTable, rows: pa.Table, found: pa.BooleanArray, after: pa.Array
+) -> None:
+    """Write each row's new multiplicity ``after`` (``rows``: as
+    :func:`counted_rows` gives them; ``found``: whether the table held the
+    row): a row that comes in is inserted, a changed one updated, one whose
+    count reaches zero or below deleted."""
     alive = pc.greater(after, 0)
-    new = rows.append_column(count, after)
+    new = rows.append_column(table.schema.columns[-1], after)
     table.insert_batch(new.filter(pc.and_(pc.invert(found), alive)))
     table.update_batch(new.filter(pc.and_(found, alive)))
     table.delete_keys(rows.filter(pc.and_(found, pc.invert(alive))))
-    return before, after
 
 
 def run_starts(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> Any:

@@ -3,14 +3,18 @@
 
 The row path reads each touched partition's top before and after the
 batch, a Python step per stored row, and compares the two as multisets.
-Here the touched partitions' rows are read at once before and after the
-batch's counts are written (:meth:`~statestore.StateTable.scan_ranges`,
-one decode each), in the row path's order (partitions as they first
-appear in the batch, each in key order), and everything after is columnar:
-each row repeated by its count, its rank within its partition, the rows
-ranked within ``[offset, offset + limit)``, and the multiset difference of
-the two tops. It emits what the row path emits, in its order: every row
-that left a top (``-D``), then every row that entered one (``+I``).
+Here the touched partitions' rows are read once, before the batch
+(:meth:`~statestore.StateTable.scan_ranges`, one decode), in the row
+path's order (partitions as they first appear in the batch, each in key
+order). The batch's rows find their stored counts among them by key bytes,
+the new counts are written, and the rows after the batch are those read
+with the batch's changes laid over them, put back in that order by
+partition and key bytes: no second read of what the batch just wrote.
+Everything after is columnar: each row repeated by its count, its rank
+within its partition, the rows ranked within ``[offset, offset + limit)``,
+and the multiset difference of the two tops. It emits what the row path
+emits, in its order: every row that left a top (``-D``), then every row
+that entered one (``+I``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ import pyarrow.compute as pc
 from encoding import key_equal_values
 from operators._api.changelog import RowKind
 from operators._api.operator import OperatorContext
-from operators._api.relational import add_counts, key_tuples, report_unheld, run_starts
+from operators._api.relational import (
+    counted_rows,
+    key_tuples,
+    report_unheld,
+    run_starts,
+    write_counts,
+)
 from statestore import StateTable
 
 __all__ = ["top_n_batch"]
@@ -50,14 +60,77 @@ def top_n_batch(
     less the count, with their ``deltas``) to ``table`` and emit each
     touched partition's change of its top; ``to_input`` places the stored
     columns in the output's order."""
+    rows = counted_rows(table, rows)
     partitions = list(dict.fromkeys(key_tuples(rows.columns[:partition_columns], rows.num_rows)))
-    before = _tops(_touched(table, partitions, partition_columns), partition_columns, offset, limit)
-    report_unheld(ctx, rows, add_counts(table, rows, deltas)[1], partition_columns)
-    after = _tops(_touched(table, partitions, partition_columns), partition_columns, offset, limit)
+    stored = pa.Table.from_batches([_touched(table, partitions, partition_columns)])
+    before = _tops(stored, partition_columns, offset, limit)
+    stored_keys = table.keys.encode_arrow(stored)
+    row_keys = table.keys.encode_arrow(rows)
+    at = pc.index_in(row_keys, value_set=stored_keys)
+    found = pc.is_valid(at)
+    held = pc.fill_null(stored.column(stored.num_columns - 1).take(at), 0).combine_chunks()
+    counts = pc.add(held, deltas)
+    if isinstance(counts, pa.ChunkedArray):
+        counts = counts.combine_chunks()
+    write_counts(table, rows, found, counts)
+    report_unheld(ctx, rows, counts, partition_columns)
+    now = _laid_over(stored, stored_keys, rows, row_keys, at, counts, partitions, partition_columns)
+    after = _tops(now, partition_columns, offset, limit)
     left, entered = _difference(before, after)
     for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):
         if out.num_rows:
             ctx.emit_batch([out.column(i) for i in to_input], kind)
+
+
+def _laid_over(
+    stored: pa.Table,
+    stored_keys: pa.Array,
+    rows: pa.Table,
+    row_keys: pa.Array,
+    at: pa.Array,
+    counts: pa.Array,
+    partitions: list[tuple[Any, ...]],
+    partition_columns: int,
+) -> pa.Table:
+    """The touched partitions' rows after the batch, as :func:`_touched`
+    would read them now: ``stored`` (read before, with its key bytes) less
+    the rows the batch changed (``rows``, found at ``at``), and those of
+    them still held at their new ``counts``; partitions in the order of
+    ``partitions``, each in key order (its rows' key bytes)."""
+    keep = np.ones(stored.num_rows, dtype=bool)
+    keep[at.drop_null().to_numpy()] = False
+    kept = pa.array(keep)
+    alive = pc.greater(counts, 0)
+    changed = pa.Table.from_arrays([*rows.columns, counts], schema=stored.schema).filter(alive)
+    both = pa.concat_tables([stored.filter(kept), changed])
+    rank_of = {p: i for i, p in enumerate(partitions)}
+    ranks = [
+        _ranks(stored.filter(kept), rank_of, partition_columns),
+        _ranks(changed, rank_of, partition_columns),
+    ]
+    order = pc.sort_indices(
+        pa.table(
+            {
+                "rank": pa.concat_arrays([pa.array(r, pa.int64()) for r in ranks]),
+                "key": pa.concat_arrays([stored_keys.filter(kept), row_keys.filter(alive)]),
+            }
+        ),
+        sort_keys=[("rank", "ascending"), ("key", "ascending")],
+    )
+    return both.take(order)
+
+
+def _ranks(rows: pa.Table, rank_of: dict[tuple[Any, ...], int], partition_columns: int) -> Any:
+    """Each row's partition's place in the batch's order (``rank_of``), the
+    rows of a partition together: looked up once per run of a partition."""
+    n = rows.num_rows
+    starts = run_starts(rows.columns[:partition_columns], n)
+    first = np.flatnonzero(starts)
+    keys = key_tuples(
+        [c.take(pa.array(first)) for c in rows.columns[:partition_columns]], len(first)
+    )
+    per_run = np.array([rank_of[k] for k in keys], dtype=np.int64)
+    return per_run[np.cumsum(starts) - 1] if n else per_run
 
 
 def _touched(
@@ -77,14 +150,14 @@ def _touched(
     return stored.take(pc.sort_indices(rank.drop_null()))
 
 
-def _tops(stored: pa.RecordBatch, partition_columns: int, offset: int, limit: int) -> pa.Table:
+def _tops(stored: pa.Table, partition_columns: int, offset: int, limit: int) -> pa.Table:
     """The rows ranked ``offset`` to ``offset + limit - 1`` in their
     partition, of ``stored`` (rows with their count last, each partition's
     rows together and in key order), each copy of a row on its own, the
     count left out."""
     counts = stored.column(stored.num_columns - 1).to_numpy(zero_copy_only=False)
     copies = np.repeat(np.arange(stored.num_rows, dtype=np.int64), np.maximum(counts, 0))
-    rows = pa.Table.from_batches([stored]).select(range(stored.num_columns - 1)).take(copies)
+    rows = stored.select(range(stored.num_columns - 1)).take(copies)
     n = rows.num_rows
     if n == 0:
         return rows

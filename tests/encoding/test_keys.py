@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -466,6 +467,12 @@ class TestEncodeBatch:
         assert keycodec.encode_batch(batch.slice(1)) == expected[1:]
         table = pa.Table.from_batches([batch.slice(0, 2), batch.slice(2)], schema=schema.columns)
         assert keycodec.encode_batch(table) == expected
+        # The same as one Arrow array, whatever the input's chunks, sorting
+        # as the keys do.
+        arrow = keycodec.encode_arrow(table)
+        assert isinstance(arrow, pa.Array) and arrow.to_pylist() == expected
+        ordered = arrow.take(pc.sort_indices(arrow)).to_pylist()
+        assert ordered == sorted(expected)
 
     @PROPERTY
     @given(schema_and_keys())

@@ -201,6 +201,25 @@ class TestState:
         assert step(h, [("a", 1, 1)], kinds=[DEL]) == []
         assert h.last_metrics["numRetractionsOfUnknownRows"] == 1
 
+    def test_float_partitions_as_their_key_bytes(self, tmp_path: Path) -> None:
+        """A float partition key groups as its key bytes do, across batches
+        (the rows after a batch laid over those read before it, by
+        partition): every NaN one partition, -0.0 and 0.0 one partition."""
+        schema = pa.schema([("g", pa.float64()), ("score", pa.int64()), ("id", pa.int64())])
+        nan = float("nan")
+        with OperatorHarness(
+            TopN(schema, DESC, 1, ["g"]), backend="rocksdb", path=tmp_path / "h"
+        ) as h:
+            h.process_rows([(nan, 5, 1), (nan, 3, 2), (0.0, 1, 3), (-0.0, 2, 4)])
+            h.commit()
+            first = [(kind, (str(g), v, i)) for kind, (g, v, i) in h.output]
+            assert sorted(first) == [(INS, ("0.0", 2, 4)), (INS, ("nan", 5, 1))]
+            h.output.clear()
+            h.process_rows([(nan, 9, 5), (0.0, 0, 6)])
+            h.commit()
+            second = [(kind, (str(g), v, i)) for kind, (g, v, i) in h.output]
+            assert second == [(DEL, ("nan", 5, 1)), (INS, ("nan", 9, 5))]
+
     def test_state_keyed_for_prefix_scan(self) -> None:
         """The rows table is keyed (partition, order columns, identity)."""
         op = TopN(SCHEMA, DESC, 3, ["g"], row_key=["id"])
