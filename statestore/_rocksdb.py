@@ -424,16 +424,18 @@ class RocksDBBackend:
         self._iter = None
         _raise_typed(exc, "iterate", self.path)
 
-    def read_prefixes(self, prefixes: Iterable[bytes]) -> list[bytes]:
-        """The values of every key that starts with one of ``prefixes``, one
-        prefix's after another (each in key order; a prefix given twice is
-        read twice). One reused iterator for all: for the many prefix scans
-        of an input batch (a join key each), with no bounds to build per
-        prefix. Where the prefixes ascend, a prefix the iterator has
-        already passed into needs no seek (each key between them was read)."""
+    def read_prefixes(self, prefixes: Iterable[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """The keys and values of every key that starts with one of
+        ``prefixes``, one prefix's after another (each in key order; a
+        prefix given twice is read twice). One reused iterator for all: for
+        the many prefix scans of an input batch (a join key each), with no
+        bounds to build per prefix. Where the prefixes ascend, a prefix the
+        iterator has already passed into needs no seek (each key between
+        them was read)."""
         it = self._reused_iterator()
         try:
             valid, key, value, step, seek = it.valid, it.key, it.value, it.next, it.seek
+            # Keys and values alternate in one list, split at the end in C.
             out: list[bytes] = []
             append = out.append
             last: bytes | None = None
@@ -446,12 +448,14 @@ class RocksDBBackend:
                     seek(prefix)
                 last = prefix
                 while valid():
-                    if not key().startswith(prefix):
+                    k = key()
+                    if not k.startswith(prefix):
                         break
+                    append(k)
                     append(value())
                     step()
             it.status()  # raises if the iterator stopped on an error
-            return out
+            return out[0::2], out[1::2]
         except Exception as exc:  # rocksdict raises bare Exception
             self._iteration_failed(exc)
 

@@ -320,11 +320,37 @@ class StateTable:
         if not self._mem and not self._range_deletes:
             prefixes = [p for p, start, end in ranges if start is None and end is None]
             if len(prefixes) == len(ranges):
-                return self.rows.decode_batch(self.values.read_prefixes(self._prefixes(prefixes)))
+                _, found = self.values.read_prefixes(self._prefixes(prefixes))
+                return self.rows.decode_batch(found)
         values: list[bytes] = []
         for prefix, start, end in ranges:
             lower, upper = self._bounds(prefix, start, end)
             values.extend(self._merged_values(lower, upper, False))
+        return self.rows.decode_batch(values)
+
+    def scan_prefixes(self, prefixes: Iterable[Sequence[Any]]) -> pa.RecordBatch:
+        """The rows whose key starts with any of ``prefixes`` (each the values
+        of the first key columns), each row once, in key order, as one Arrow
+        record batch: one read through a reused iterator for all the
+        prefixes, in key order, and the MemTable's rows under them merged
+        over it at once. For a caller that wants the rows of many join
+        keys or groups and not in an order of its own (else
+        :meth:`scan_ranges`)."""
+        encoded: list[bytes] = []
+        for prefix in sorted(set(self._prefixes(list(prefixes)))):
+            if not encoded or not prefix.startswith(encoded[-1]):
+                encoded.append(prefix)  # else its rows are the last one's
+        if self._range_deletes:
+            values: list[bytes] = []
+            for prefix in encoded:
+                values.extend(self._merged_values(prefix, prefix_successor(prefix), False))
+            return self.rows.decode_batch(values)
+        keys, values = self.values.read_prefixes(encoded)
+        if self._mem:
+            mem_range = self._mem.range
+            pending = [op for p in encoded for op in mem_range(p, prefix_successor(p))]
+            if pending:
+                values = _laid_over(zip(keys, values, strict=True), pending, False)
         return self.rows.decode_batch(values)
 
     def _prefixes(self, prefixes: list[Sequence[Any]]) -> list[bytes]:
@@ -346,9 +372,8 @@ class StateTable:
     def _merged_values(self, lower: bytes, upper: bytes | None, reverse: bool) -> list[bytes]:
         """The values :meth:`_merged` yields, as a list, without a Python step
         per row: storage is read in one call (a short range through the
-        backend's reused iterator), and a MemTable range is merged in C (a
-        dict of storage's pairs updated by the MemTable's, sorted: two
-        presorted runs, one merge pass)."""
+        backend's reused iterator), and a MemTable range is merged in C
+        (:func:`_laid_over`)."""
         pending = self._mem.range(lower, upper, reverse) if self._mem else []
         if not pending and not self._range_deletes and not reverse:
             short = self.values.read_short(lower, upper)
@@ -358,10 +383,7 @@ class StateTable:
             stored = [(k, v) for k, v in stored if not self._in_range_delete(k)]
         if not pending:
             return [v for _, v in stored]
-        rows: dict[bytes, bytes | None] = dict(stored)
-        rows.update(pending)
-        ordered = sorted(rows.items(), key=itemgetter(0), reverse=reverse)
-        return [v for _, v in ordered if v is not None]
+        return _laid_over(stored, pending, reverse)
 
     def _merged(
         self, lower: bytes, upper: bytes | None, reverse: bool
@@ -853,6 +875,21 @@ _SCAN_RATIO = 4
 #: The same for a read of whether rows exist: a scan of keys alone reads one
 #: in an eighth of the time a multi-get takes (0.19-0.23 us a key scanned).
 _KEY_SCAN_RATIO = 8
+
+
+def _laid_over(
+    stored: Iterable[tuple[bytes, bytes]],
+    pending: list[tuple[bytes, bytes | None]],
+    reverse: bool,
+) -> list[bytes]:
+    """The values of ``stored`` pairs with the MemTable's ``pending`` ones
+    (``None``: deleted) laid over them, in key order (``reverse``: from the
+    end), merged in C: a dict of storage's pairs updated by the MemTable's,
+    sorted (two presorted runs, one merge pass)."""
+    rows: dict[bytes, bytes | None] = dict(stored)
+    rows.update(pending)
+    ordered = sorted(rows.items(), key=itemgetter(0), reverse=reverse)
+    return [v for _, v in ordered if v is not None]
 
 
 def _arrow_equal(typ: pa.DataType) -> bool:

@@ -71,9 +71,9 @@ class TableValues(Protocol):
         are more (the caller then streams the range)."""
         ...
 
-    def read_prefixes(self, prefixes: Sequence[bytes]) -> list[bytes]:
-        """The rows whose keys start with each of ``prefixes`` (row-key
-        prefixes), one prefix's after another, each in key order."""
+    def read_prefixes(self, prefixes: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """The row keys and rows whose keys start with each of ``prefixes``
+        (row-key prefixes), one prefix's after another, each in key order."""
         ...
 
     def count(self, lower: bytes, upper: bytes | None, keep: KeyFilter | None) -> int:
@@ -116,25 +116,26 @@ def _short_reader(backend: KVBackend) -> _ShortRead:
 
 
 class _PrefixRead(Protocol):
-    def __call__(self, prefixes: Sequence[bytes]) -> list[bytes]: ...
+    def __call__(self, prefixes: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]: ...
 
 
 def _prefix_reader(backend: KVBackend) -> _PrefixRead:
     """The backend's own read of many prefixes (one reused iterator), or
-    one built on :meth:`~statestore.KVBackend.read_values` for a backend
+    one built on :meth:`~statestore.KVBackend.read_range` for a backend
     that has none."""
     own: _PrefixRead | None = getattr(backend, "read_prefixes", None)
-    return own if own is not None else partial(_read_each, backend.read_values)
+    return own if own is not None else partial(_read_each, backend.read_range)
 
 
 def _read_each(
-    read_values: Callable[[bytes, bytes | None], list[bytes]], prefixes: Sequence[bytes]
-) -> list[bytes]:
-    """The values under each of ``prefixes``, one range read a prefix."""
-    out: list[bytes] = []
+    read_range: Callable[[bytes, bytes | None, bool], list[tuple[bytes, bytes]]],
+    prefixes: Sequence[bytes],
+) -> tuple[list[bytes], list[bytes]]:
+    """The keys and values under each of ``prefixes``, one range read a prefix."""
+    pairs: list[tuple[bytes, bytes]] = []
     for prefix in prefixes:
-        out.extend(read_values(prefix, prefix_successor(prefix)))
-    return out
+        pairs.extend(read_range(prefix, prefix_successor(prefix), False))
+    return [k for k, _ in pairs], [v for _, v in pairs]
 
 
 class RowValues:
@@ -255,8 +256,8 @@ class CellValues:
                 out.append(row_key)
         return out
 
-    def read_prefixes(self, prefixes: Sequence[bytes]) -> list[bytes]:
-        return _read_each(self.read_values, prefixes)
+    def read_prefixes(self, prefixes: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        return _read_each(self.read_range, prefixes)
 
     def read_short(self, lower: bytes, upper: bytes | None) -> list[bytes] | None:
         rows = list(islice(self.items(lower, upper, False, None), PAGE + 1))

@@ -377,7 +377,7 @@ class GroupAggregate(Operator):
         first and last value in key order, from one read of their rows."""
         if not groups:
             return {}
-        rows = table.scan_ranges([(touched.keys[g], None, None) for g in groups])
+        rows = table.scan_prefixes([touched.keys[g] for g in groups])
         if not rows.num_rows:
             return {}
         starts = np.flatnonzero(run_starts(rows.columns[: self.layout.keys], rows.num_rows))

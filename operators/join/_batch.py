@@ -5,7 +5,7 @@ Record at a time, each input row of :class:`~operators.join.StreamingJoin`
 reads its own side's row (one point read), the other side's rows of its join
 key (one prefix scan) and writes a few rows, each a call into the state
 table that encodes a key. The batch path reads every row an input batch can
-touch at once (one multi-get of the own side's rows, one ``scan_ranges`` of
+touch at once (one multi-get of the own side's rows, one ``scan_prefixes`` of
 the other side's join keys, or, when the keys are many for the table, the
 whole table once) into :class:`HeldSide`: per side, identity -> row and
 join key -> its rows in key order, keyed by Python tuples, as a join on
@@ -28,7 +28,6 @@ calls below).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -302,7 +301,7 @@ class HeldSide:
 
     def load_join_keys(self, join_keys: Iterable[Row]) -> None:
         """Read every row of each join key of ``join_keys`` not held: one
-        ``scan_ranges`` decoded once, or, when the join keys are many for the
+        ``scan_prefixes`` decoded once, or, when the join keys are many for the
         table's rows, the whole table in one read, kept to those keys in
         Arrow (:func:`read_whole`)."""
         if self.complete:
@@ -321,11 +320,8 @@ class HeldSide:
         )
         if whole:
             stored_rows = self._only(table.scan_batch(), values)
-        else:
-            if self.natural_order:  # in key order, RocksDB seeks a little faster
-                with contextlib.suppress(TypeError):  # a null beside a value
-                    values.sort()
-            stored_rows = table.scan_ranges((k, None, None) for k in values)
+        else:  # in key order: RocksDB seeks near its last position faster
+            stored_rows = table.scan_prefixes(values)
         found: dict[Row, list[int]] = {key: [] for key in wanted}
         # Each scan comes in key order: appending keeps a list in order.
         indices, keys = self._hold(stored_rows)

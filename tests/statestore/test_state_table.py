@@ -268,6 +268,36 @@ class TestScan:
             assert [tuple(r.values()) for r in got.to_pylist()] == expected, prefixes
             assert got.schema == self.COLS
 
+    @pytest.mark.parametrize("pending", [False, True])
+    def test_scan_prefixes_is_the_rows_under_any_in_key_order(
+        self, backend: KVBackend, layout: str, pending: bool
+    ) -> None:
+        """``scan_prefixes`` gives every row under any of the prefixes once,
+        in key order, whatever their order, repeats and nesting, merged over
+        the epoch's writes (``pending``: inserts, deletes and updates under
+        the prefixes) and after a clean (range deletes)."""
+        t = self._fill(backend, layout)
+        t.commit(2)
+        if pending:
+            t.insert((0, "aa", 5.0))
+            t.delete((3, "b", 3.0))
+            t.update((1, "a", 1.0), (1, "a", 8.0))
+        cases: list[list[tuple[Any, ...]]] = [
+            [(3,), (0,), (1,)],
+            [(2,), (2,), (2, "a"), (9,)],
+            [(1, "d"), (1, "a"), (0, "b")],
+            [(), (2,)],
+            [],
+        ]
+        for prefixes in cases:
+            wanted = [r for r in t.scan() if any(r[: len(p)] == p for p in prefixes)]
+            got = t.scan_prefixes(prefixes)
+            assert [tuple(r.values()) for r in got.to_pylist()] == wanted, prefixes
+            assert got.schema == self.COLS
+        t.clean_below(1)
+        cleaned = t.scan_prefixes([(0,), (1,), (2,)]).to_pylist()
+        assert [tuple(r.values()) for r in cleaned] == [r for r in t.scan() if r[0] in (1, 2)]
+
     def test_scan_ranges_prefix_longer_than_the_key(self, backend: KVBackend) -> None:
         """A prefix longer than the key is refused as a scan refuses it."""
         t = self._fill(backend, "row")

@@ -41,6 +41,9 @@ OPS = st.one_of(
         st.tuples(st.integers(0, 2), A, B, st.booleans(), st.booleans(), st.booleans()),
     ),
     st.tuples(st.just("scan_ranges"), st.lists(st.tuples(A, B), max_size=3)),
+    st.tuples(
+        st.just("scan_ranges_plain"), st.lists(st.tuples(st.integers(0, 2), A, B), max_size=4)
+    ),
     st.tuples(st.just("scan_prefixes"), st.lists(st.tuples(st.integers(0, 2), A, B), max_size=4)),
     st.tuples(st.just("get_batch"), st.lists(ROWS, max_size=4)),
     st.tuples(st.just("delete_keys"), st.lists(ROWS, max_size=4, unique_by=lambda r: r[:2])),
@@ -144,6 +147,11 @@ class TestStateTableModel:
                     expected += ordered(hits)
                 assert _tuples(table.scan_ranges(ranges)) == expected
             elif name == "scan_prefixes":
+                # Every row under any prefix, once, in key order.
+                prefixes = [(a, b)[:depth] for depth, a, b in arg]
+                under = [r for r in cur.values() if any(_key(r)[: len(p)] == p for p in prefixes)]
+                assert _tuples(table.scan_prefixes(prefixes)) == ordered(under)
+            elif name == "scan_ranges_plain":
                 # Plain prefixes (no start or end), of any depth, in any order.
                 prefixes = [(a, b)[:depth] for depth, a, b in arg]
                 expected = []
