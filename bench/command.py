@@ -83,7 +83,12 @@ def _bench_suite(args: argparse.Namespace) -> int:
         except SuiteUsageError as exc:  # say, a workload the suite does not have
             print(f"relstate bench: {exc}", file=sys.stderr)
             return 2
-        result = dataclasses.replace(result, machine=machine, scale=args.scale)
+        options = " ".join(
+            f"--{name} {','.join(value) if isinstance(value, list) else value}"
+            for name, value in given.items()
+            if name != "scale"
+        )
+        result = dataclasses.replace(result, machine=machine, scale=args.scale, options=options)
     print(versus.terminal(result), end="")
     if args.no_write:
         return 0

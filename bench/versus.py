@@ -160,6 +160,9 @@ class SuiteResult:
     work: Sequence[Work] = ()
     #: How many times the suite's default size the run was (``--scale``).
     scale: int = 1
+    #: The other options the run was given, as on the command line
+    #: (``--only aggregate,topn``, say), for the page's header.
+    options: str = ""
     machine: Machine = field(default_factory=Machine.current)
     finished: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
@@ -444,7 +447,8 @@ def page_name(suite: str, scale: int) -> str:
 
 def _command(result: SuiteResult) -> str:
     scale = "" if result.scale == 1 else f" --scale {result.scale}"
-    return f"relstate bench --suite {result.suite}{scale}"
+    options = f" {result.options}" if result.options else ""
+    return f"relstate bench --suite {result.suite}{scale}{options}"
 
 
 def terminal(result: SuiteResult) -> str:

@@ -6,6 +6,7 @@ import datetime as dt
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,31 @@ def test_bench_refuses_an_option_its_suite_cannot_take(
     runs (no Spark started, no Flink set up)."""
     assert main(["bench", "--no-write", *arguments]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_bench_page_names_the_options_it_ran_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite's page says the command that made it, with every option
+    given: a partial run (``--only``, ``--rounds``) is not mistaken for the
+    suite's whole run."""
+    from bench import command
+    from bench.versus import SuiteResult
+
+    def suite(
+        quick: bool,
+        workdir: Path,
+        progress: Any,
+        scale: int = 1,
+        only: Any = None,
+        rounds: Any = None,
+    ) -> SuiteResult:
+        return SuiteResult("flink", "A stand-in suite", "Nothing run.", [])
+
+    monkeypatch.setattr(command, "load", lambda name: suite)
+    monkeypatch.chdir(tmp_path)
+    arguments = ["--suite", "flink", "--scale", "10", "--only", "aggregate,topn", "--rounds", "1"]
+    assert main(["bench", *arguments]) == 0
+    page = (tmp_path / "docs" / "bench" / "flink-x10.md").read_text()
+    assert "`relstate bench --suite flink --scale 10 --only aggregate,topn --rounds 1`" in page
+    capsys.readouterr()
