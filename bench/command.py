@@ -63,6 +63,7 @@ def _bench_suite(args: argparse.Namespace) -> int:
             ("scale", args.scale if args.scale != 1 else None),
             ("only", args.only),
             ("rounds", args.rounds),
+            ("stop_after", args.stop_after),
         )
         if value is not None
     }
@@ -70,7 +71,7 @@ def _bench_suite(args: argparse.Namespace) -> int:
     if lacking:
         print(
             f"relstate bench: suite {args.suite!r} takes no "
-            + ", ".join(f"--{n}" for n in lacking),
+            + ", ".join(f"--{n.replace('_', '-')}" for n in lacking),
             file=sys.stderr,
         )
         return 2
@@ -84,7 +85,7 @@ def _bench_suite(args: argparse.Namespace) -> int:
             print(f"relstate bench: {exc}", file=sys.stderr)
             return 2
         options = " ".join(
-            f"--{name} {','.join(value) if isinstance(value, list) else value}"
+            f"--{name.replace('_', '-')} {_option_text(value)}"
             for name, value in given.items()
             if name != "scale"
         )
@@ -97,3 +98,10 @@ def _bench_suite(args: argparse.Namespace) -> int:
     page.write_text(versus.markdown(result), encoding="utf-8")
     print(f"\nwrote {page}")
     return 0
+
+
+def _option_text(value: object) -> str:
+    """An option's value as it was given on the command line."""
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)

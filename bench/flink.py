@@ -19,7 +19,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FLINK", "FlinkError", "FlinkWorker", "cpu_seconds", "flink_python", "venv_dir"]
+__all__ = [
+    "FLINK",
+    "FlinkError",
+    "FlinkStopped",
+    "FlinkWorker",
+    "cpu_seconds",
+    "flink_python",
+    "venv_dir",
+]
 
 #: The PyFlink release the suite runs (Java 17).
 FLINK = "apache-flink==2.3.0"
@@ -28,6 +36,15 @@ _MARK = "RELSTATE-FLINK "
 
 class FlinkError(RuntimeError):
     """Flink could not be installed, started, or run a statement."""
+
+
+class FlinkStopped(FlinkError):
+    """A statement ran past its time limit and was cancelled: it would have
+    taken at least ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"stopped after {seconds:.0f} s, at its time limit")
+        self.seconds = seconds
 
 
 def venv_dir() -> Path:
@@ -126,9 +143,15 @@ class FlinkWorker:
         """Run a statement that defines something (``CREATE TABLE``)."""
         self._send(op="ddl", env=env, sql=sql)
 
-    def run(self, env: str, sql: str) -> float:
-        """Run an ``INSERT`` to its end; its seconds from submission."""
-        return float(self._send(op="run", env=env, sql=sql)["seconds"])
+    def run(self, env: str, sql: str, limit: float | None = None) -> float:
+        """Run an ``INSERT`` to its end; its seconds from submission. Given
+        ``limit`` (seconds), a statement still running then is cancelled
+        and raises :class:`FlinkStopped`."""
+        command = {"op": "run", "env": env, "sql": sql}
+        answer = self._send(**command) if limit is None else self._send(**command, limit=limit)
+        if answer.get("stopped"):
+            raise FlinkStopped(float(answer["seconds"]))
+        return float(answer["seconds"])
 
     def cpu_seconds(self) -> float:
         """CPU seconds the Flink processes (the worker and its JVM) have used."""

@@ -12,6 +12,8 @@ is Flink's own printing):
 - ``{"op": "ddl", "env": N, "sql": S}``: run the statement ``S`` there;
 - ``{"op": "run", "env": N, "sql": S}``: run the ``INSERT`` statement ``S``
   to its end; the answer's ``seconds`` is its wall time, from submission;
+  with ``"limit": L``, a job still running after ``L`` seconds is cancelled
+  and the answer adds ``"stopped": true``;
 - ``{"op": "quit"}``.
 
 An error answers ``{"error": text}`` and the worker goes on.
@@ -19,6 +21,7 @@ An error answers ``{"error": text}`` and the worker goes on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -31,6 +34,25 @@ MARK = "RELSTATE-FLINK "
 def _answer(payload: dict[str, Any]) -> None:
     sys.stdout.write(MARK + json.dumps(payload) + "\n")
     sys.stdout.flush()
+
+
+def _finished_within(result: Any, limit: float) -> bool:
+    """Whether the job of ``result`` ended within ``limit`` seconds (a job
+    that failed raises)."""
+    try:
+        result.wait(max(int(limit * 1000), 1))
+    except Exception as exc:  # py4j wraps Java's TimeoutException
+        if "TimeoutException" in str(exc):
+            return False
+        raise
+    return True
+
+
+def _cancel(result: Any) -> None:
+    """Cancel the job of ``result`` and wait until it has ended."""
+    result.get_job_client().cancel().result()
+    with contextlib.suppress(Exception):  # a cancelled job ends in an error
+        result.wait()
 
 
 def main() -> None:
@@ -60,8 +82,17 @@ def main() -> None:
                 _answer({"ok": True})
             elif op == "run":
                 started = time.perf_counter()
-                envs[command["env"]].execute_sql(command["sql"]).wait()
-                _answer({"seconds": time.perf_counter() - started})
+                result = envs[command["env"]].execute_sql(command["sql"])
+                limit = command.get("limit")
+                if limit is None:
+                    result.wait()
+                    _answer({"seconds": time.perf_counter() - started})
+                elif _finished_within(result, limit):
+                    _answer({"seconds": time.perf_counter() - started})
+                else:
+                    seconds = time.perf_counter() - started
+                    _cancel(result)
+                    _answer({"seconds": seconds, "stopped": True})
             else:
                 _answer({"error": f"unknown op {op!r}"})
         except Exception:

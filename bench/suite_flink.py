@@ -23,7 +23,7 @@ from statistics import median
 import pyarrow as pa
 
 from bench.debezium import FinalTable, add_rows, check_same, final_table, read_debezium
-from bench.flink import FlinkWorker, flink_python
+from bench.flink import FlinkStopped, FlinkWorker, flink_python
 from bench.flink_workloads import Workload, workloads
 from bench.phases import PHASES, PhaseTimer
 from bench.versus import Comparison, SuiteResult, runs
@@ -80,6 +80,9 @@ class Rounds:
     relstate_cpu: list[float] = field(default_factory=list)
     query_cpu: dict[str, list[float]] = field(default_factory=dict)
     scan_cpu: list[float] = field(default_factory=list)
+    #: Per backend: whether Flink's query was stopped at the time limit in
+    #: each round (its time then a lower bound).
+    stopped: dict[str, list[bool]] = field(default_factory=dict)
 
     def flink(self, backend: str) -> list[float]:
         """Flink's operator seconds per round: the query less the scan."""
@@ -155,12 +158,18 @@ def _split(work: Workload, path: Path) -> tuple[float, dict[str, float]]:
     return seconds, dict(timer.seconds)
 
 
-def _flink_run(flink: FlinkWorker, env: str, sql: str) -> tuple[float, float]:
-    """Run ``sql`` on Flink: its wall seconds and the CPU seconds Flink's
-    processes used meanwhile."""
+def _flink_run(
+    flink: FlinkWorker, env: str, sql: str, limit: float | None = None
+) -> tuple[float, float, bool]:
+    """Run ``sql`` on Flink: its wall seconds, the CPU seconds Flink's
+    processes used meanwhile, and whether it was stopped at ``limit``
+    seconds (its time then a lower bound)."""
     before = flink.cpu_seconds()
-    seconds = flink.run(env, sql)
-    return seconds, flink.cpu_seconds() - before
+    try:
+        seconds, stopped = flink.run(env, sql, limit), False
+    except FlinkStopped as stop:
+        seconds, stopped = stop.seconds, True
+    return seconds, flink.cpu_seconds() - before, stopped
 
 
 def _calibrate(
@@ -171,24 +180,39 @@ def _calibrate(
     chosen: dict[tuple[str, str], str],
     t: Rounds,
     readings: list[tuple[str, str]],
+    limit: float | None,
 ) -> None:
     """The first round on ``backend``: Flink with and without mini-batch
     (where it applies), the faster chosen for the rounds after, and its
     time this round's."""
     candidates = [backend] + ([f"{backend}, mini-batch"] if work.mini_batch else [])
-    runs = {c: _flink_run(flink, _env(c), insert) for c in candidates}
-    took = {c: wall for c, (wall, _) in runs.items()}
+    runs = {c: _flink_run(flink, _env(c), insert, limit) for c in candidates}
+    took = {c: wall for c, (wall, _, _) in runs.items()}
     best = min(took, key=took.__getitem__)
     chosen[(work.name, backend)] = best
-    t.query.setdefault(backend, []).append(took[best])
-    t.query_cpu.setdefault(backend, []).append(runs[best][1])
+    _count(t, backend, runs[best])
     readings.append(
         (
             f"{work.name}: Flink {backend}, round 1, each configuration (the faster "
             "chosen and counted)",
-            ", ".join(f"{c}: {s:.2f} s" for c, s in took.items()),
+            ", ".join(
+                f"{c}: {_stopped_at(wall) if stopped else f'{wall:.2f} s'}"
+                for c, (wall, _, stopped) in runs.items()
+            ),
         )
     )
+
+
+def _count(t: Rounds, backend: str, run: tuple[float, float, bool]) -> None:
+    """Count one of Flink's runs on ``backend`` in the round."""
+    wall, cpu, stopped = run
+    t.query.setdefault(backend, []).append(wall)
+    t.query_cpu.setdefault(backend, []).append(cpu)
+    t.stopped.setdefault(backend, []).append(stopped)
+
+
+def _stopped_at(seconds: float) -> str:
+    return f"stopped after {seconds:.0f} s"
 
 
 def _load() -> str:
@@ -218,11 +242,14 @@ def run(
     scale: int = 1,
     only: Collection[str] | None = None,
     rounds: int | None = None,
+    stop_after: float | None = None,
 ) -> SuiteResult:
     """The suite: 1M changelog rows per workload (20k with ``quick``),
     ``scale`` times that; ``only``: the workloads named (of
     :data:`~bench.flink_workloads.NAMES`), ``rounds``: counted rounds
-    (:data:`ROUNDS`, 1 with ``quick``)."""
+    (:data:`ROUNDS`, 1 with ``quick``); ``stop_after``: minutes after which
+    a counted Flink query is cancelled, its time then a lower bound."""
+    limit = None if stop_after is None else stop_after * 60
     rows = (20_000 if quick else 1_000_000) * scale
     rounds = rounds or (1 if quick else ROUNDS)
     progress(f"making the changelogs ({rows:,} rows a workload)")
@@ -282,14 +309,12 @@ def run(
                     insert = f"INSERT INTO bh_{work.name} {work.sql}"
                     for backend in _BACKENDS:
                         if r == 0:
-                            _calibrate(flink, work, backend, insert, chosen, t, readings)
+                            _calibrate(flink, work, backend, insert, chosen, t, readings, limit)
                         else:
                             env = _env(chosen[(work.name, backend)])
-                            wall, cpu = _flink_run(flink, env, insert)
-                            t.query.setdefault(backend, []).append(wall)
-                            t.query_cpu.setdefault(backend, []).append(cpu)
+                            _count(t, backend, _flink_run(flink, env, insert, limit))
                     scan = f"INSERT INTO bh_scan_{work.name} {work.scan()}"
-                    wall, cpu = _flink_run(flink, _env("heap"), scan)
+                    wall, cpu, _ = _flink_run(flink, _env("heap"), scan)
                     t.scan.append(wall)
                     t.scan_cpu.append(cpu)
 
@@ -318,7 +343,7 @@ def run(
         Measured(w.name, w.label, w.rows, times[w.name], chosen, splits[w.name], floors[w.name])
         for w in works
     ]
-    return summarise(measured, rows, rounds, scale, readings)
+    return summarise(measured, rows, rounds, scale, readings, stop_after)
 
 
 @dataclass(frozen=True)
@@ -351,10 +376,12 @@ def summarise(
     rounds: int,
     scale: int,
     readings: list[tuple[str, str]],
+    stop_after: float | None = None,
 ) -> SuiteResult:
     """The suite's page from what it measured: the comparisons of medians,
     tables of microseconds per row and of where relstate's time goes, and
-    every round as a reading."""
+    every round as a reading (``stop_after``: the minutes after which a
+    Flink query was stopped, if there was a limit)."""
     comparisons: list[Comparison] = []
     per_row = [
         "| workload | rows | relstate | Flink RocksDB | Flink heap | floor | plain-dict operator |",
@@ -378,6 +405,7 @@ def summarise(
             best = m.chosen[(m.name, backend)]
             flink_runs = t.flink(backend)
             heap_goal = _HEAP_GOALS["join" if m.is_join else "other"] if scale == 1 else None
+            stopped = t.stopped.get(backend, [])
             comparisons.append(
                 Comparison.of_runs(
                     f"{m.name} vs Flink {backend}",
@@ -387,15 +415,19 @@ def summarise(
                     [max(f, 1e-3) for f in flink_runs],
                     f"Flink {best}",
                     _ROCKSDB_GOAL if backend == "RocksDB" else heap_goal,
+                    stopped=any(stopped),
                 )
             )
-            cells.append(f"{_us(median(flink_runs), m.rows)} ({best})")
+            at_least = "≥ " if any(stopped) else ""
+            cells.append(f"{at_least}{_us(median(flink_runs), m.rows)} ({best})")
             readings.append(
                 (
                     f"{m.name}: rounds, Flink {best} (query - scan)",
                     ", ".join(
-                        f"{q:.2f} - {s:.2f} = {q - s:.2f} s"
-                        for q, s in zip(t.query[backend], t.scan, strict=True)
+                        f"{q:.2f} - {s:.2f} = {q - s:.2f} s" + (" (stopped)" if stop else "")
+                        for q, s, stop in zip(
+                            t.query[backend], t.scan, stopped or [False] * len(t.scan), strict=True
+                        )
                     ),
                 )
             )
@@ -403,11 +435,13 @@ def summarise(
         if t.relstate_cpu:
             mine = median(t.relstate_cpu)
             theirs = [median(t.flink_cpu(b)) for b in _BACKENDS]
+            bound = ["≥ " if any(t.stopped.get(b, [])) else "" for b in _BACKENDS]
             cpu.append(
                 "| "
                 + " | ".join(
-                    [m.name, _us(mine, m.rows), *(_us(f, m.rows) for f in theirs)]
-                    + [f"{f / mine:.2f}x" for f in theirs]
+                    [m.name, _us(mine, m.rows)]
+                    + [f"{a}{_us(f, m.rows)}" for a, f in zip(bound, theirs, strict=True)]
+                    + [f"{a}{f / mine:.2f}x" for a, f in zip(bound, theirs, strict=True)]
                 )
                 + " |"
             )
@@ -443,10 +477,21 @@ def summarise(
     return SuiteResult(
         suite="flink",
         title="Changelog operators against Flink SQL",
-        description=_description(measured, rows, rounds) + "\n" + tables,
+        description=_description(measured, rows, rounds) + _limit(stop_after) + "\n" + tables,
         comparisons=comparisons,
         readings=readings,
     )
+
+
+def _limit(stop_after: float | None) -> str:
+    if stop_after is None:
+        return ""
+    return f"""
+**Time limit**: a counted Flink query still running after {stop_after:g} minutes
+was cancelled (`--stop-after`), and its time counts as that long: Flink's
+figure is then a lower bound, marked "≥", and so is relstate's speed-up over
+it (a goal the bound does not reach is "not known").
+"""
 
 
 def _description(works: list[Measured], rows: int, rounds: int) -> str:

@@ -71,6 +71,9 @@ class Comparison:
     baseline: str
     #: The least speed-up that meets the goal (``None``: no goal).
     goal: float | None = None
+    #: The baseline was stopped at a time limit: its time, and so the
+    #: speed-up, is a lower bound.
+    stopped: bool = False
 
     @classmethod
     def of_runs(
@@ -81,9 +84,13 @@ class Comparison:
         baseline_runs: Sequence[float],
         baseline: str,
         goal: float | None = None,
+        stopped: bool = False,
     ) -> Comparison:
-        """The comparison of the medians of several runs of each side."""
-        return cls(name, rows, median(relstate_runs), median(baseline_runs), baseline, goal)
+        """The comparison of the medians of several runs of each side
+        (``stopped``: a baseline run was stopped at a time limit)."""
+        return cls(
+            name, rows, median(relstate_runs), median(baseline_runs), baseline, goal, stopped
+        )
 
     def __post_init__(self) -> None:
         if self.relstate_seconds <= 0 or self.baseline_seconds <= 0:
@@ -99,8 +106,13 @@ class Comparison:
 
     @property
     def goal_met(self) -> bool | None:
-        """Whether the speed-up reaches the goal (``None`` without one)."""
-        return None if self.goal is None else self.ratio >= self.goal
+        """Whether the speed-up reaches the goal (``None`` without one, or
+        when a stopped baseline's lower bound falls short of it: not known)."""
+        if self.goal is None:
+            return None
+        if self.ratio >= self.goal:
+            return True
+        return None if self.stopped else False
 
 
 @dataclass(frozen=True)
@@ -393,13 +405,16 @@ def _cells(c: Comparison) -> list[str]:
         else f"≥ {c.goal:.2f}"
     )
     verdict = {None: "", True: "met", False: "not met"}[c.goal_met]
+    at_least, stopped = ("≥ ", ", stopped") if c.stopped else ("", "")
+    if c.stopped and c.goal is not None and c.goal_met is None:
+        verdict = "not known"
     return [
         c.name,
         f"{c.rows:,}",
         f"{c.relstate_seconds:.2f} s",
-        f"{c.baseline_seconds:.2f} s ({c.baseline})",
+        f"{at_least}{c.baseline_seconds:.2f} s ({c.baseline}{stopped})",
         _rate(c.rows, c.relstate_seconds),
-        f"{ratio_text(c.ratio, c.goal, c.goal_met)}x",
+        f"{at_least}{ratio_text(c.ratio, c.goal, c.goal_met)}x",
         goal,
         verdict,
     ]

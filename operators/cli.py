@@ -39,6 +39,16 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _minutes(text: str) -> float:
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of minutes, got {text!r}") from None
+    if not minutes > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 minutes, got {text!r}")
+    return minutes
+
+
 def _scale(text: str) -> int:
     try:
         scale = int(text)
@@ -123,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
         type=_scale,
         metavar="N",
         help="with --suite flink: N counted rounds (default 3)",
+    )
+    bench.add_argument(
+        "--stop-after",
+        type=_minutes,
+        metavar="MINUTES",
+        help="with --suite flink: cancel a counted Flink query still running after "
+        "MINUTES; its time, and relstate's speed-up over it, then count as lower bounds",
     )
     bench.set_defaults(handler=_bench)
 

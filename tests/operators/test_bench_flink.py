@@ -27,7 +27,7 @@ from bench.debezium import (
 from bench.flink import cpu_seconds
 from bench.flink_workloads import workloads
 from bench.suite_flink import Measured, Rounds, _relstate, summarise
-from bench.versus import markdown
+from bench.versus import Comparison, SuiteResult, markdown
 from operators._api.changelog import ROW_KIND
 from statestore import StateTable
 
@@ -273,6 +273,36 @@ class TestPage:
         assert row in page
         assert "join_inner_uk: rounds, plain-dict operator" in page
         assert "1.50 s, 1.00 s, 1.20 s" in page
+
+    def test_a_query_stopped_at_the_limit_is_a_lower_bound(self) -> None:
+        """A Flink query stopped at ``--stop-after`` counts as at least that
+        long: its figures and relstate's speed-up over it are marked "≥", a
+        goal the bound reaches is met, and one it does not is not known
+        (not "not met"); the rounds say which run was stopped."""
+        rounds = Rounds(
+            relstate=[100.0],
+            query={"RocksDB": [1201.0], "heap": [151.0]},
+            scan=[1.0],
+            relstate_cpu=[100.0],
+            query_cpu={"RocksDB": [1300.0], "heap": [50.0]},
+            scan_cpu=[1.0],
+            stopped={"RocksDB": [True], "heap": [True]},
+        )
+        chosen = {("aggregate", "RocksDB"): "RocksDB", ("aggregate", "heap"): "heap"}
+        split = (100.0, {p: 1.0 for p in phases.PHASES})
+        measured = Measured("aggregate", "group aggregate", 10_000_000, rounds, chosen, split, 5.0)
+        result = summarise([measured], 10_000_000, 1, 1, [], stop_after=20)
+        rocks, heap = result.comparisons
+        assert rocks.stopped and rocks.ratio == 12.0 and rocks.goal_met is True
+        assert heap.stopped and heap.ratio == 1.5 and heap.goal_met is True
+        page = markdown(result)
+        assert "| aggregate vs Flink RocksDB | 10,000,000 | 100.00 s | ≥ 1200.00 s" in page
+        assert "≥ 12.00x" in page and "(stopped)" in page and "after 20 minutes" in page
+        assert "| aggregate | 10,000,000 | 10.00 | ≥ 120.00 (RocksDB) | ≥ 15.00 (heap) |" in page
+        short = Comparison("x", 1, 10.0, 5.0, "Flink", goal=1.5, stopped=True)
+        assert short.goal_met is None and "not known" in markdown(
+            SuiteResult("flink", "t", "d", [short])
+        )
 
 
 class TestCpuSeconds:

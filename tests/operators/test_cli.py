@@ -125,6 +125,7 @@ def test_bench_outside_a_checkout_says_so(
     [
         (["--suite", "join", "--only", "aggregate"], "suite 'join' takes no --only"),
         (["--suite", "join", "--rounds", "1"], "suite 'join' takes no --rounds"),
+        (["--suite", "dedup", "--stop-after", "20"], "suite 'dedup' takes no --stop-after"),
         (["--suite", "flink", "--only", "joins"], "no Flink workload ['joins']; there are"),
     ],
 )
@@ -154,13 +155,18 @@ def test_bench_page_names_the_options_it_ran_with(
         scale: int = 1,
         only: Any = None,
         rounds: Any = None,
+        stop_after: Any = None,
     ) -> SuiteResult:
         return SuiteResult("flink", "A stand-in suite", "Nothing run.", [])
 
     monkeypatch.setattr(command, "load", lambda name: suite)
     monkeypatch.chdir(tmp_path)
-    arguments = ["--suite", "flink", "--scale", "10", "--only", "aggregate,topn", "--rounds", "1"]
+    arguments = [
+        *("--suite", "flink", "--scale", "10", "--only", "aggregate,topn"),
+        *("--rounds", "1", "--stop-after", "20"),
+    ]
     assert main(["bench", *arguments]) == 0
     page = (tmp_path / "docs" / "bench" / "flink-x10.md").read_text()
-    assert "`relstate bench --suite flink --scale 10 --only aggregate,topn --rounds 1`" in page
+    command = "relstate bench --suite flink --scale 10 --only aggregate,topn --rounds 1"
+    assert f"`{command} --stop-after 20`" in page
     capsys.readouterr()
