@@ -99,25 +99,21 @@ def _laid_over(
     ``partitions``, each in key order (its rows' key bytes)."""
     keep = np.ones(stored.num_rows, dtype=bool)
     keep[at.drop_null().to_numpy()] = False
-    kept = pa.array(keep)
+    kept = stored.filter(pa.array(keep))
     alive = pc.greater(counts, 0)
     changed = pa.Table.from_arrays([*rows.columns, counts], schema=stored.schema).filter(alive)
-    both = pa.concat_tables([stored.filter(kept), changed])
     rank_of = {p: i for i, p in enumerate(partitions)}
-    ranks = [
-        _ranks(stored.filter(kept), rank_of, partition_columns),
-        _ranks(changed, rank_of, partition_columns),
-    ]
+    ranks = [_ranks(part, rank_of, partition_columns) for part in (kept, changed)]
     order = pc.sort_indices(
         pa.table(
             {
                 "rank": pa.concat_arrays([pa.array(r, pa.int64()) for r in ranks]),
-                "key": pa.concat_arrays([stored_keys.filter(kept), row_keys.filter(alive)]),
+                "key": pa.concat_arrays([stored_keys.filter(keep), row_keys.filter(alive)]),
             }
         ),
         sort_keys=[("rank", "ascending"), ("key", "ascending")],
     )
-    return both.take(order)
+    return pa.concat_tables([kept, changed]).take(order)
 
 
 def _ranks(rows: pa.Table, rank_of: dict[tuple[Any, ...], int], partition_columns: int) -> Any:
