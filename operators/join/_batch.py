@@ -56,7 +56,7 @@ SEEK_ROWS = 100
 HELD_ROWS = 1_000_000
 
 
-def read_whole(keys: int, table: StateTable, held_rows: int = HELD_ROWS) -> bool:
+def read_whole(keys: int, table: StateTable, held_rows: int) -> bool:
     """Whether ``keys`` keys are many enough for ``table`` to read it whole,
     and the table is small enough (:data:`SEEK_ROWS`, ``held_rows``)."""
     rows = table.row_count
@@ -109,7 +109,7 @@ class HeldSide:
     :meth:`load_join_keys`, :meth:`load_join_key_rows`, :meth:`load_all`).
     """
 
-    def __init__(self, view: JoinStateView, table: StateTable, held_rows: int = HELD_ROWS) -> None:
+    def __init__(self, view: JoinStateView, table: StateTable, held_rows: int) -> None:
         self.view = view
         self.table = table
         #: The most rows of the table read whole (:func:`read_whole`).

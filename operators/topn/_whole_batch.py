@@ -69,9 +69,9 @@ def top_n_batch(
     at = pc.index_in(row_keys, value_set=stored_keys)
     found = pc.is_valid(at)
     held = pc.fill_null(stored.column(stored.num_columns - 1).take(at), 0).combine_chunks()
+    if isinstance(deltas, pa.ChunkedArray):
+        deltas = deltas.combine_chunks()
     counts = pc.add(held, deltas)
-    if isinstance(counts, pa.ChunkedArray):
-        counts = counts.combine_chunks()
     write_counts(table, rows, found, counts)
     report_unheld(ctx, rows, counts, partition_columns)
     now = _laid_over(stored, stored_keys, rows, row_keys, at, counts, partitions, partition_columns)
