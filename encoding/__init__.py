@@ -1,7 +1,7 @@
 """Bytes: table schemas, order-preserving keys, row and cell values."""
 
 from encoding._cell import CellCodec
-from encoding._keys import KeyCodec, key_equal_values, prefix_successor
+from encoding._keys import KeyCodec, arrow_equal, key_equal_values, prefix_successor
 from encoding._row import RowCodec
 from encoding._schema import (
     MAX_TABLE_ID,
@@ -41,6 +41,7 @@ __all__ = [
     "StateStoreError",
     "TableSchema",
     "ValueLayout",
+    "arrow_equal",
     "key_equal_values",
     "prefix_successor",
 ]

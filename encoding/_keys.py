@@ -41,6 +41,24 @@ def key_equal_values(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chunke
     return pc.if_else(pc.is_nan(zeroed), pa.scalar(float("nan"), column.type), zeroed)
 
 
+def arrow_equal(data_type: pa.DataType) -> bool:
+    """Whether Arrow's equality (and so its hash joins and group-bys) of
+    values of ``data_type`` is that of their encoded keys: integers,
+    strings, binary, booleans, dates and timestamps; not floats (-0.0 and
+    NaN, see :func:`key_equal_values`), not nested values."""
+    t = pa.types
+    return bool(
+        t.is_integer(data_type)
+        or t.is_string(data_type)
+        or t.is_large_string(data_type)
+        or t.is_binary(data_type)
+        or t.is_large_binary(data_type)
+        or t.is_boolean(data_type)
+        or t.is_date(data_type)
+        or t.is_timestamp(data_type)
+    )
+
+
 def prefix_successor(prefix: bytes) -> bytes | None:
     """Smallest byte string greater than every string that starts with ``prefix``.
 

@@ -25,6 +25,7 @@ from encoding import (
     Row,
     RowCodec,
     TableSchema,
+    arrow_equal,
     prefix_successor,
 )
 from statestore._log import get_logger
@@ -617,7 +618,7 @@ class StateTable:
             return None
         name = self.schema.key_names[0]
         column = pks.column(name)
-        if column.type != self.schema.columns.field(name).type or not _arrow_equal(column.type):
+        if column.type != self.schema.columns.field(name).type or not arrow_equal(column.type):
             return None
         values = self.values.read_values(min(keys), prefix_successor(max(keys)))
         stored = self.rows.decode_batch(values)
@@ -890,21 +891,6 @@ def _laid_over(
     rows.update(pending)
     ordered = sorted(rows.items(), key=itemgetter(0), reverse=reverse)
     return [v for _, v in ordered if v is not None]
-
-
-def _arrow_equal(typ: pa.DataType) -> bool:
-    """Whether Arrow's equality of ``typ`` values is that of their encoded keys."""
-    t = pa.types
-    return bool(
-        t.is_integer(typ)
-        or t.is_string(typ)
-        or t.is_large_string(typ)
-        or t.is_binary(typ)
-        or t.is_large_binary(typ)
-        or t.is_boolean(typ)
-        or t.is_date(typ)
-        or t.is_timestamp(typ)
-    )
 
 
 def _read_many(values: TableValues, keys: Sequence[bytes], stored_rows: int) -> list[bytes | None]:
