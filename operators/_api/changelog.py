@@ -8,8 +8,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoding import EncodingError
+from operators.errors import InputError
 
-__all__ = ["ROW_KIND", "RowKind", "kind_symbols", "kinds_in", "non_inserts", "row_kinds"]
+__all__ = [
+    "ROW_KIND",
+    "RowKind",
+    "kind_symbols",
+    "kinds_in",
+    "non_inserts",
+    "row_kind_array",
+    "row_kinds",
+]
 
 #: The name of the row-kind column in operator inputs and outputs. An input
 #: without it is append-only: every row is an insert.
@@ -97,3 +106,29 @@ def non_inserts(batch: pa.RecordBatch, reason: str) -> pa.Array | None:
         return None
     inserts = pc.fill_null(pc.equal(batch.column(index), RowKind.INSERT.value), False)
     return pc.if_else(inserts, pa.scalar(None, pa.string()), pa.scalar(reason, pa.string()))
+
+
+def row_kind_array(kinds: pa.Array | pa.ChunkedArray, n: int, operator: str) -> pa.Array:
+    """``kinds``, the row kind symbols ``operator`` emitted for ``n`` rows,
+    as one string array; :class:`~operators.errors.InputError` unless
+    there is one known symbol per row."""
+    if len(kinds) != n:
+        raise InputError(f"operator {operator!r} emitted {n} rows with {len(kinds)} row kinds")
+    if isinstance(kinds, pa.ChunkedArray):
+        kinds = kinds.combine_chunks()
+    if not (pa.types.is_string(kinds.type) or pa.types.is_large_string(kinds.type)):
+        raise InputError(
+            f"operator {operator!r} emitted row kinds of type {kinds.type}; they are strings "
+            "('+I', '-U', '+U', '-D')"
+        )
+    known = pc.fill_null(pc.is_in(kinds, value_set=_SYMBOLS), False)
+    if pc.all(known).as_py() is False:
+        bad = kinds.filter(pc.invert(known))[0].as_py()
+        raise InputError(
+            f"operator {operator!r} emitted an unknown row kind {bad!r}: a changelog row is "
+            "'+I', '-U', '+U' or '-D'"
+        )
+    return kinds.cast(pa.string())
+
+
+_SYMBOLS = pa.array([k.value for k in RowKind])

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from encoding import TableSchema
-from operators._api.changelog import RowKind, row_kinds
+from operators._api.changelog import RowKind, row_kind_array, row_kinds
 from operators._api.dirty import InputPolicy, UnknownRetractions, unknown_retraction_error
 from operators._api.metrics import UNKNOWN_RETRACTIONS
 from operators.typing import Logger
@@ -91,16 +91,26 @@ class OperatorContext(abc.ABC):
         """Output one row (in the operator's output schema) with a row kind."""
 
     def emit_batch(
-        self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT
+        self,
+        columns: Sequence[pa.Array | pa.ChunkedArray],
+        kind: RowKind | pa.Array = RowKind.INSERT,
     ) -> None:
-        """Output many rows at once, all of one row kind: one array per column
-        of the operator's output schema, in its order. The same as calling
-        :meth:`emit` for each row, which is what this default does (making a
-        Python object of every value); the context the test harness and the
-        Spark runner give an operator keeps the columns in Arrow instead."""
+        """Output many rows at once: one array per column of the operator's
+        output schema, in its order; ``kind`` the row kind of all of them, or
+        an array of each row's kind symbol (``+I``, ``-U``, ``+U``, ``-D``).
+        The same as calling :meth:`emit` for each row, which is what this
+        default does (making a Python object of every value); the context
+        the test harness and the Spark runner give an operator keeps the
+        columns in Arrow instead."""
         lists = [c.to_pylist() for c in columns]
-        for row in zip(*lists, strict=True):
-            self.emit(row, kind)
+        n = len(lists[0]) if lists else 0
+        kinds = (
+            [kind] * n
+            if isinstance(kind, RowKind)
+            else list(map(RowKind.parse, row_kind_array(kind, n, "operator").to_pylist()))
+        )
+        for row, k in zip(zip(*lists, strict=True), kinds, strict=True):
+            self.emit(row, k)
 
     def emit_rows(self, rows: Sequence[Sequence[Any]], kinds: Sequence[RowKind]) -> None:
         """Output ``rows`` in order, each with the row kind at its position in

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from encoding import PartitionLocal, TableSchema
-from operators._api.changelog import ROW_KIND, RowKind, kind_symbols
+from operators._api.changelog import ROW_KIND, RowKind, kind_symbols, row_kind_array
 from operators._api.dirty import BadRows, InputPolicy
 from operators._api.operator import Operator, OperatorContext, TimeDomain, Timer
 from operators._api.relational import cast_column
@@ -163,7 +163,9 @@ class BatchRun(OperatorContext):
         self._kinds.extend([k._value_ for k in kinds])
 
     def emit_batch(
-        self, columns: Sequence[pa.Array | pa.ChunkedArray], kind: RowKind = RowKind.INSERT
+        self,
+        columns: Sequence[pa.Array | pa.ChunkedArray],
+        kind: RowKind | pa.Array = RowKind.INSERT,
     ) -> None:
         output = self.operator.output
         if len(columns) != len(output):
@@ -178,7 +180,11 @@ class BatchRun(OperatorContext):
             # Rows emitted one at a time before these come out before them.
             self._batches.append(self._row_batch())
         arrays = [cast_column(c, f, "emitted column") for c, f in zip(columns, output, strict=True)]
-        arrays.append(pa.repeat(pa.scalar(kind.value, pa.string()), n))
+        arrays.append(
+            pa.repeat(pa.scalar(kind.value, pa.string()), n)
+            if isinstance(kind, RowKind)
+            else row_kind_array(kind, n, self.operator.name)
+        )
         self._batches.append(
             pa.RecordBatch.from_arrays(arrays, schema=output_schema(self.operator))
         )

@@ -315,6 +315,21 @@ class OperatorHarness:
         run.fire_timers()
         # Rows emitted by the operator's close come back from finish.
         self._emitted(run, run.finish())
+        return self._commit(run)
+
+    def commit_arrow(self) -> tuple[int, pa.RecordBatch]:
+        """:meth:`commit`, with what the operator emitted as the batch
+        finished (due timers, :meth:`~operators.Operator.flush`, ``close``)
+        returned as :meth:`process_arrow` returns it: one Arrow batch, not
+        made into Python rows and not added to :attr:`output`. Returns the
+        batch id and that batch."""
+        run = self._batch_run()
+        run.fire_timers()
+        finished = run.finish()
+        return self._commit(run), finished
+
+    def _commit(self, run: BatchRun) -> int:
+        """Commit the finished ``run``; returns its batch id."""
         metrics = {**run.metrics, **state_metrics(self._state.tables)}
         version = self.batch_id
         self._state.commit(version)
