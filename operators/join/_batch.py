@@ -40,7 +40,7 @@ from operators._api.operator import OperatorContext
 from operators.join._views import JoinStateView, ViewKind, values_at
 from statestore import StateTable
 
-__all__ = ["HELD_ROWS", "SEEK_ROWS", "HeldSide", "read_whole"]
+__all__ = ["HELD_ROWS", "SEEK_ROWS", "HeldSide", "key_runs", "read_whole"]
 
 
 #: A side's whole table is read once the micro-batch's input batches have
@@ -398,7 +398,7 @@ class HeldSide:
         keys = rows if self.row_is_identity else self._identities(columns)
         self.by_identity.update(zip(keys, range(len(rows)), strict=True))
         indices = self.view.join_key_indices
-        starts, stops = _runs([stored_rows.column(i) for i in indices])
+        starts, stops = key_runs([stored_rows.column(i) for i in indices])
         # A run's key is made of the values its first row holds (no second
         # copy of them from Arrow to make and drop).
         join_keys = zip(*[map(columns[i].__getitem__, starts) for i in indices], strict=True)
@@ -682,7 +682,7 @@ def _stored_row(appearances: bool, associations: bool) -> Callable[[Row, int, in
     return lambda row, a, c: row
 
 
-def _runs(columns: list[pa.Array]) -> tuple[list[int], list[int]]:
+def key_runs(columns: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[list[int], list[int]]:
     """The first and past-last position of each run of equal keys in
     ``columns`` (the key's columns, in key order: equal keys in a run); a
     null equals a null, as in the key bytes. In Arrow, not row by row."""
