@@ -22,12 +22,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from encoding import Row
-from operators._api.changelog import ROW_KIND, RowKind, row_kinds
+from operators._api.changelog import ROW_KIND, row_kinds
 
 __all__ = [
     "FinalTable",
     "OutputsDiffer",
-    "add_rows",
     "changelog_rows",
     "check_same",
     "final_table",
@@ -161,12 +160,6 @@ def _settled(table: FinalTable) -> FinalTable:
     """``table`` without its rows of multiplicity 0 (a row retracted more
     often than inserted keeps its negative count, so that it shows)."""
     return Counter({row: n for row, n in table.items() if n})
-
-
-def add_rows(table: FinalTable, rows: Iterable[tuple[RowKind, Row]]) -> None:
-    """Apply changelog ``rows`` (kind, values) to ``table``."""
-    for kind, row in rows:
-        table[row] += 1 if kind.is_accumulate else -1
 
 
 def check_same(mine: FinalTable, theirs: FinalTable, what: str) -> None:

@@ -78,11 +78,17 @@ def _batch(rows: Sequence[tuple[Row, str]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([*SIDE, (ROW_KIND, pa.string())]))
 
 
-def make_join(join_type: JoinType, unique_key: bool, held_rows: int = HELD_ROWS) -> StreamingJoin:
+def make_join(
+    join_type: JoinType,
+    unique_key: bool,
+    held_rows: int = HELD_ROWS,
+    whole_micro_batch: bool = False,
+) -> StreamingJoin:
     """The workload's join on ``k``; with ``unique_key``, ``id`` is each side's
     unique key (rows keyed (k, id)), else rows are keyed (k, whole row).
     ``held_rows``: the join's bound on a side held whole (0: each input
-    batch reads its keys, as a side past the bound does)."""
+    batch reads its keys, as a side past the bound does);
+    ``whole_micro_batch``: the join's option (inner joins)."""
     uk = ["id"] if unique_key else None
     return StreamingJoin(
         join_type,
@@ -94,6 +100,7 @@ def make_join(join_type: JoinType, unique_key: bool, held_rows: int = HELD_ROWS)
         right_unique_key=uk,
         right_prefix="r_",
         held_rows=held_rows,
+        whole_micro_batch=whole_micro_batch,
     )
 
 
@@ -109,7 +116,8 @@ def run_harness(
     the Spark runner hands it on (the dict join's is its Python list); the
     harness does not turn it back into Python rows. Given ``history``, each batch's
     metrics go into it as the runner records them (``commitTimeMs`` timed
-    around the harness's commit)."""
+    around the harness's commit, which joins a micro-batch held for its
+    end)."""
     harness = OperatorHarness(join, backend=backend, path=path)
     try:
         started = time.perf_counter()
@@ -118,11 +126,11 @@ def run_harness(
             for side, batch in runs:
                 out += harness.process_arrow(batch, side).num_rows
             committing = time.perf_counter()
-            harness.commit()
+            _, finished = harness.commit_arrow()
+            out += finished.num_rows
             if history is not None:
                 commit_ms = int((time.perf_counter() - committing) * 1000)
                 history.append({"metrics": {**harness.last_metrics, "commitTimeMs": commit_ms}})
-            harness.output.clear()
         return time.perf_counter() - started, out
     finally:
         harness.close()

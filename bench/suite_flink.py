@@ -22,13 +22,13 @@ from statistics import median
 
 import pyarrow as pa
 
-from bench.debezium import FinalTable, add_rows, check_same, final_table, read_debezium
+from bench.debezium import FinalTable, check_same, final_table, read_debezium
 from bench.flink import FlinkStopped, FlinkWorker, flink_python
 from bench.flink_workloads import Workload, workloads
 from bench.phases import PHASES, PhaseTimer
 from bench.versus import Comparison, SuiteResult, runs
 from operators._api.changelog import ROW_KIND, row_kinds
-from operators.testing import Emitted, OperatorHarness
+from operators.testing import OperatorHarness
 
 __all__ = ["ROUNDS", "Measured", "Rounds", "configurations", "run", "summarise"]
 
@@ -98,10 +98,10 @@ def _relstate(
     path: Path,
     kept: list[pa.RecordBatch] | None = None,
     timer: PhaseTimer | None = None,
-) -> tuple[float, list[Emitted]]:
+) -> float:
     """Seconds to run the workload's micro-batches through one harness
-    partition on RocksDB, commits included; with ``kept``, the Arrow
-    output goes there, and the rows emitted at commits are returned. With
+    partition on RocksDB, commits included, the output kept in Arrow as
+    the Spark runner hands it on; with ``kept``, it goes there. With
     ``timer`` (installed), its phases count that time only: on return they
     hold the run's."""
     harness = OperatorHarness(work.operator(), backend="rocksdb", path=path)
@@ -115,13 +115,13 @@ def _relstate(
                 out = harness.process_arrow(batch, side)
                 if kept is not None:
                     kept.append(out)
-            harness.commit()
-            if kept is None:
-                harness.output.clear()
+            _, out = harness.commit_arrow()
+            if kept is not None:
+                kept.append(out)
         seconds = time.perf_counter() - started
         if timer is not None:
             spent = dict(timer.seconds)
-        return seconds, list(harness.output)
+        return seconds
     finally:
         harness.close()
         shutil.rmtree(path, ignore_errors=True)
@@ -154,7 +154,7 @@ def _split(work: Workload, path: Path) -> tuple[float, dict[str, float]]:
     each phase's."""
     timer = PhaseTimer()
     with timer.installed():
-        seconds, _ = _relstate(work, path, timer=timer)
+        seconds = _relstate(work, path, timer=timer)
     return seconds, dict(timer.seconds)
 
 
@@ -289,9 +289,8 @@ def run(
         for work in works:
             progress(f"{work.name}: the outputs of relstate and Flink, compared")
             kept: list[pa.RecordBatch] = []
-            _, at_commits = _relstate(work, workdir / "rs" / "check", kept)
+            _relstate(work, workdir / "rs" / "check", kept)
             mine[work.name] = final_table(kept, work.output.names)
-            add_rows(mine[work.name], at_commits)
             floors[work.name] = _read_floor(work, kept)
             check(work, "heap")
             readings.append(
@@ -320,7 +319,7 @@ def run(
 
                 def relstate_side(work: Workload = work, t: Rounds = t, r: int = r) -> None:
                     cpu = time.process_time()
-                    t.relstate.append(_relstate(work, workdir / "rs" / f"{work.name}-{r}")[0])
+                    t.relstate.append(_relstate(work, workdir / "rs" / f"{work.name}-{r}"))
                     t.relstate_cpu.append(time.process_time() - cpu)
                     if work.in_dicts is not None:
                         t.in_dicts.append(work.in_dicts())
@@ -506,11 +505,14 @@ workload:
 **relstate**: the operator through `OperatorHarness` on one partition over the
 Arrow micro-batches (inputs already in memory), state on RocksDB, a commit
 (with its checkpoint) after each micro-batch; wall time from the first batch
-to the last commit. Its best configuration, as Flink gets its own: the joins'
-`held_rows` is at least the changelog rows of a side, so each side is read
-whole and held in memory however large (at 1M rows that is the default, a
-million; past the default a side read by key costs more per row, as the
-join suite's "read by key" rows show).
+to the last commit. The output stays in Arrow, as the Spark runner hands it
+on: rows emitted at a commit too (`commit_arrow`). Its best configuration,
+as Flink gets its own: the inner joins take `whole_micro_batch=True` (each
+micro-batch joined whole in Arrow at its end; the outer joins cannot); the
+joins' `held_rows` is at least the changelog rows of a side, so each side is
+read whole however large (at 1M rows that is the default, a million; past
+the default a side read by key costs more per row, as the join suite's "read
+by key" rows show).
 
 **Flink**: one warm Flink process for the whole run (every query ran at full
 size before anything is counted), streaming mode, parallelism 1, object reuse,
