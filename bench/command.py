@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(report.terminal(result), end="")
     if args.no_write:
         return 0
-    page: Path = args.output
+    page: Path = args.output or Path("docs/performance.md")
     page.parent.mkdir(parents=True, exist_ok=True)
     images = charts.draw(result, page.parent / "img")
     if images is None:
@@ -89,11 +89,13 @@ def _bench_suite(args: argparse.Namespace) -> int:
             for name, value in given.items()
             if name != "scale"
         )
+        if args.output is not None:
+            options = f"{options} --output {args.output}".strip()
         result = dataclasses.replace(result, machine=machine, scale=args.scale, options=options)
     print(versus.terminal(result), end="")
     if args.no_write:
         return 0
-    page = Path("docs/bench") / versus.page_name(args.suite, args.scale)
+    page = args.output or Path("docs/bench") / versus.page_name(args.suite, args.scale)
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(versus.markdown(result), encoding="utf-8")
     print(f"\nwrote {page}")

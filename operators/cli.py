@@ -93,8 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--output",
         type=Path,
-        default=Path("docs/performance.md"),
-        help="the page to write; charts go to img/ beside it (default: docs/performance.md)",
+        help="the page to write; charts go to img/ beside it (default: docs/performance.md; "
+        "with an operator --suite, docs/bench/NAME.md)",
     )
     bench.add_argument(
         "--no-write", action="store_true", help="print the table only; write no files"

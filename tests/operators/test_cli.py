@@ -170,3 +170,24 @@ def test_bench_page_names_the_options_it_ran_with(
     command = "relstate bench --suite flink --scale 10 --only aggregate,topn --rounds 1"
     assert f"`{command} --stop-after 20`" in page
     capsys.readouterr()
+
+
+def test_bench_suite_writes_its_page_where_output_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output`` puts a suite's page there (and names it in the page's
+    command), not at docs/bench/NAME.md: a partial run can be kept beside
+    the whole run's page."""
+    from bench import command
+    from bench.versus import SuiteResult
+
+    def suite(quick: bool, workdir: Path, progress: Any, scale: int = 1) -> SuiteResult:
+        return SuiteResult("join", "A stand-in suite", "Nothing run.", [])
+
+    monkeypatch.setattr(command, "load", lambda name: suite)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--suite", "join", "--scale", "10", "--output", "pages/j.md"]) == 0
+    page = (tmp_path / "pages" / "j.md").read_text()
+    assert "`relstate bench --suite join --scale 10 --output pages/j.md`" in page
+    assert not (tmp_path / "docs").exists()
+    capsys.readouterr()
