@@ -90,9 +90,10 @@ class StreamingJoin(Operator):
     "Speed").
 
     ``whole_micro_batch`` (an inner join with no condition and no TTL, its
-    join keys and identities of types Arrow compares as the key bytes do,
-    :func:`~encoding.arrow_equal`) joins each micro-batch whole in Arrow at its
-    end (:mod:`operators.join._whole`): the same rows in the same order,
+    columns of types Arrow compares as the key bytes do,
+    :func:`~encoding.arrow_equal`, or floats outside the identity) joins
+    each micro-batch whole in Arrow at its end
+    (:mod:`operators.join._whole`): the same rows in the same order,
     emitted when the micro-batch's input is all in rather than with each
     input batch, several times faster.
     """
@@ -175,18 +176,21 @@ class StreamingJoin(Operator):
         if any(v.ttl_ms is not None for v in self.views):
             why.append("a side has a TTL")
         for view, schema in zip(self.views, self.inputs, strict=True):
-            for i in view.identity_indices:
-                if not arrow_equal(schema.field(i).type):
+            for i, column in enumerate(schema):
+                if arrow_equal(column.type):
+                    continue
+                if i in view.identity_indices:
                     why.append(
-                        f"the {view.name} column {schema.field(i).name!r} "
-                        f"({schema.field(i).type}) is in its identity"
+                        f"the {view.name} column {column.name!r} ({column.type}) is in its identity"
                     )
+                elif not pa.types.is_floating(column.type):
+                    why.append(f"the {view.name} column {column.name!r} is a {column.type}")
         if why:
             raise InputError(
-                "whole_micro_batch joins inner joins with no condition and no TTL whose join "
-                "keys and identities (the unique key, or the whole row without one) are "
-                "integers, strings, binary, booleans, dates or timestamps; here "
-                f"{'; '.join(why)}"
+                "whole_micro_batch joins inner joins with no condition and no TTL whose "
+                "columns are integers, strings, binary, booleans, dates or timestamps, or "
+                "floats outside a side's identity (its join key and unique key, or the whole "
+                f"row without one); here {'; '.join(why)}"
             )
         return True
 
@@ -221,9 +225,17 @@ class StreamingJoin(Operator):
         held, so a row written by several of them is written once. With
         ``whole_micro_batch``, the micro-batch's input is joined first."""
         runs = self._micro_batch.pop(id(ctx), None)
-        if runs and not join_whole(ctx, self.views, runs, self._names, self.held_rows):
-            for side, batch in runs:  # a row the rules must take one by one
-                self._process_batch(ctx, batch, side)
+        if runs:
+            self._flush_held(ctx)
+            if join_whole(ctx, self.views, runs, self._names, self.held_rows):
+                # It wrote the tables behind the rows held: let them go.
+                self._held[id(ctx)] = {}
+            else:
+                for side, batch in runs:  # a row the rules must take one by one
+                    self._process_batch(ctx, batch, side)
+        self._flush_held(ctx)
+
+    def _flush_held(self, ctx: OperatorContext) -> None:
         for held in self._held.get(id(ctx), {}).values():
             held.flush(ctx)
 
