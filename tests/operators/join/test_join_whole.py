@@ -474,42 +474,27 @@ class TestRefused:
         """Without a unique key the whole row is the identity: a float value
         column is refused; with one, it is only a value, and allowed, while
         a decimal value is refused."""
-        schema = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("price", pa.float64())])
-        with pytest.raises(InputError, match="'price'"):
-            StreamingJoin(
-                JoinType.INNER,
-                schema,
-                schema,
-                ["k"],
-                ["k"],
-                whole_micro_batch=True,
-                right_prefix="r_",
-            )
-        join = StreamingJoin(
-            JoinType.INNER,
-            schema,
-            schema,
-            ["k"],
-            ["k"],
-            ["id"],
-            ["id"],
-            right_prefix="r_",
-            whole_micro_batch=True,
-        )
-        assert join.whole_micro_batch
+        floats = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("price", pa.float64())])
         decimal = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("d", pa.decimal128(5))])
-        with pytest.raises(InputError, match="'d' is a decimal128"):
-            StreamingJoin(
+
+        def whole(schema: pa.Schema, unique: list[str] | None) -> StreamingJoin:
+            return StreamingJoin(
                 JoinType.INNER,
-                decimal,
-                decimal,
+                schema,
+                schema,
                 ["k"],
                 ["k"],
-                ["id"],
-                ["id"],
+                unique,
+                unique,
                 right_prefix="r_",
                 whole_micro_batch=True,
             )
+
+        with pytest.raises(InputError, match="'price'"):
+            whole(floats, None)
+        assert whole(floats, ["id"]).whole_micro_batch
+        with pytest.raises(InputError, match="'d' is a decimal128"):
+            whole(decimal, ["id"])
 
 
 class TestEmitBatchKinds:
