@@ -13,6 +13,7 @@ from operators.errors import InputError
 __all__ = [
     "ROW_KIND",
     "RowKind",
+    "all_known_kinds",
     "kind_symbols",
     "kinds_in",
     "non_inserts",
@@ -121,14 +122,21 @@ def row_kind_array(kinds: pa.Array | pa.ChunkedArray, n: int, operator: str) -> 
             f"operator {operator!r} emitted row kinds of type {kinds.type}; they are strings "
             "('+I', '-U', '+U', '-D')"
         )
-    known = pc.fill_null(pc.is_in(kinds, value_set=_SYMBOLS), False)
-    if pc.all(known).as_py() is False:
+    if not all_known_kinds(kinds):
+        known = pc.fill_null(pc.is_in(kinds, value_set=_SYMBOLS), False)
         bad = kinds.filter(pc.invert(known))[0].as_py()
         raise InputError(
             f"operator {operator!r} emitted an unknown row kind {bad!r}: a changelog row is "
             "'+I', '-U', '+U' or '-D'"
         )
     return kinds.cast(pa.string())
+
+
+def all_known_kinds(kinds: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether every value of ``kinds`` is a known row kind symbol (no
+    null), in Arrow: ``True`` for none."""
+    known = pc.is_in(kinds, value_set=_SYMBOLS)
+    return not kinds.null_count and bool(pc.all(known, min_count=0).as_py())
 
 
 _SYMBOLS = pa.array([k.value for k in RowKind])

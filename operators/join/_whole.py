@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators._api.changelog import ROW_KIND, RowKind
+from operators._api.changelog import ROW_KIND, RowKind, all_known_kinds
 from operators._api.operator import OperatorContext
 from operators.join._batch import key_runs
 from operators.join._spec import LEFT
@@ -52,7 +52,6 @@ __all__ = ["join_whole"]
 _SEEK_RATIO = 8
 
 _ACCUMULATES = pa.array([RowKind.INSERT.value, RowKind.UPDATE_AFTER.value])
-_KINDS = pa.array([k.value for k in RowKind])
 
 # The working columns beside a side's input columns (``c0``, ``c1``, ...).
 _RUN, _SEQ, _SIGN, _KIND = "run", "seq", "sign", "kind"
@@ -137,7 +136,7 @@ def _rows(
 
 
 def _input(view: JoinStateView) -> list[str]:
-    return [f"c{i}" for i in range(view.width)]
+    return _named(view, range(view.width))
 
 
 def _named(view: JoinStateView, indices: Sequence[int]) -> list[str]:
@@ -159,10 +158,7 @@ class _Side:
         rows = self.rows
         if any(rows.column(c).null_count for c in _named(self.view, self.view.identity_indices)):
             return False
-        kinds = rows.column(_KIND)
-        return not kinds.null_count and bool(
-            pc.all(pc.is_in(kinds, value_set=_KINDS)).as_py() is not False
-        )
+        return all_known_kinds(rows.column(_KIND))
 
     def stored(self, wanted: pa.Table, held_rows: int) -> pa.Table:
         """The stored rows of the join keys ``wanted`` (more, when the table
@@ -204,7 +200,7 @@ class _Side:
         sign = np.asarray(events.column(_SIGN))
         inclusive = np.cumsum(sign)
         exclusive = inclusive - sign
-        base = exclusive[starts] if n else np.zeros(0, np.int64)
+        base = exclusive[starts]
         before = before_count[group] + exclusive - base[group]
         accumulate = sign > 0
         if np.any(~accumulate & (before <= 0)):
@@ -214,7 +210,7 @@ class _Side:
                 return None  # an upsert
             if not _retractions_match(events, held, starts, group, ~accumulate, _input(view)):
                 return None
-        after = before_count + (inclusive[stops - 1] - base if n else 0)
+        after = before_count + inclusive[stops - 1] - base
         inserted = int(np.sum(accumulate & (before == 0)))
         deleted = int(np.sum(~accumulate & (before == 1)))
         return _NetChange(

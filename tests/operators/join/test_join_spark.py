@@ -72,37 +72,19 @@ class TestSparkFullOuterJoin:
     def test_each_batch_equals_sparks_batch_join(self, spark: Any, tmp_path: Path) -> None:
         """After each of 3 batches, the materialised output of a full outer
         join with a condition equals Spark SQL's join of the inputs so far."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         batches = 3
         files, after = changelogs(batches, seed=7)
-        streams = []
-        for side in (0, 1):
-            tables = [
+        tables = [
+            [
                 pa.Table.from_pylist([dict(zip(FILES.names, r, strict=True)) for r in rows], FILES)
                 for rows in files[side]
             ]
-            write_batches(tmp_path / f"side{side}", tables, prefix="part")
-            streams.append(
-                spark.readStream.schema(from_arrow_schema(FILES))
-                .option("maxFilesPerTrigger", 1)
-                .parquet(str(tmp_path / f"side{side}"))
-            )
+            for side in (0, 1)
+        ]
         join = StreamingJoin(
             JoinType.FULL, SIDE, SIDE, ["k"], ["k"], condition=differs, right_prefix="r_"
         )
-        sink = ParquetSink(str(tmp_path / "out"))
-        query = run_operator(
-            streams,
-            join,
-            keys=[["k"], ["k"]],
-            partitions=2,
-            checkpoint=str(tmp_path / "ck"),
-            sink=sink,
-            sequence_column="seq",
-            trigger={"availableNow": True},
-        )
-        query.awaitTermination()
+        query, sink = run_join(spark, tmp_path, tables, join)
         assert len(query.history) == batches
 
         out = sink.read(spark).collect()
@@ -125,3 +107,34 @@ class TestSparkFullOuterJoin:
             assert +held == expected, f"batch {batch}"
         assert query.last_metrics["numOutputRows"] > 0
         assert "left.numTotalStateRows" in query.last_metrics
+
+
+def run_join(
+    spark: Any, root: Path, tables: list[list[pa.Table]], join: StreamingJoin
+) -> tuple[Any, ParquetSink]:
+    """Write each side's ``tables`` (one file a batch, columns of the join's
+    inputs plus ``seq`` and ``row_kind``) under ``root`` and run ``join`` over
+    them to their end, keyed by ``k``, 2 partitions: the query and its sink."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    streams = []
+    for side in (0, 1):
+        write_batches(root / f"side{side}", tables[side], prefix="part")
+        streams.append(
+            spark.readStream.schema(from_arrow_schema(tables[side][0].schema))
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(root / f"side{side}"))
+        )
+    sink = ParquetSink(str(root / "out"))
+    query = run_operator(
+        streams,
+        join,
+        keys=[["k"], ["k"]],
+        partitions=2,
+        checkpoint=str(root / "ck"),
+        sink=sink,
+        sequence_column="seq",
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    return query, sink

@@ -15,9 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators import OperatorContext, ParquetSink, RowKind, run_operator
+from operators import OperatorContext, RowKind
 from operators._api.dirty import InputPolicy
-from operators._tools.demo import write_batches
 from operators.errors import InputError
 from operators.join import JoinType, StreamingJoin, _streaming
 from operators.testing import OperatorHarness
@@ -32,6 +31,7 @@ from tests.operators.join.test_join_batch import (
     make,
     nullable_changes,
 )
+from tests.operators.join.test_join_spark import run_join
 
 Runs = list[tuple[int, list[tuple[Any, ...]], list[RowKind]]]
 
@@ -547,7 +547,6 @@ class TestThroughSpark:
         """Through the Spark runner (2 partitions, 3 batches of inserts and
         deletes), the materialised output of the inner join with the option
         equals Spark SQL's join of the live rows after each batch."""
-        from pyspark.sql.pandas.types import from_arrow_schema
 
         rnd = random.Random(11)
         live: list[list[tuple[int, int, int]]] = [[], []]
@@ -570,14 +569,6 @@ class TestThroughSpark:
                 records = [dict(zip(FILES.names, r, strict=True)) for r in rows[side]]
                 files[side].append(pa.Table.from_pylist(records, FILES))
             after.append([list(live[0]), list(live[1])])
-        streams = []
-        for side in (0, 1):
-            write_batches(tmp_path / f"side{side}", files[side], prefix="part")
-            streams.append(
-                spark.readStream.schema(from_arrow_schema(FILES))
-                .option("maxFilesPerTrigger", 1)
-                .parquet(str(tmp_path / f"side{side}"))
-            )
         join = StreamingJoin(
             JoinType.INNER,
             SPARK_SIDE,
@@ -589,18 +580,7 @@ class TestThroughSpark:
             right_prefix="r_",
             whole_micro_batch=True,
         )
-        sink = ParquetSink(str(tmp_path / "out"))
-        query = run_operator(
-            streams,
-            join,
-            keys=[["k"], ["k"]],
-            partitions=2,
-            checkpoint=str(tmp_path / "ck"),
-            sink=sink,
-            sequence_column="seq",
-            trigger={"availableNow": True},
-        )
-        query.awaitTermination()
+        query, sink = run_join(spark, tmp_path, files, join)
         assert len(query.history) == 3
         out = sink.read(spark).collect()
         held: Counter[tuple[Any, ...]] = Counter()
