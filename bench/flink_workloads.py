@@ -140,18 +140,17 @@ def _joins(rows: int) -> list[Workload]:
             )
             sql_join = "JOIN" if join_type is JoinType.INNER else "FULL OUTER JOIN"
             # relstate's best configuration, as Flink gets its own (see the
-            # page): each side held whole however large, and an inner join
-            # joined whole per micro-batch.
+            # page): each side held whole however large, and each
+            # micro-batch joined whole.
             held_rows = max(HELD_ROWS, per_side)
-            whole = join_type is JoinType.INNER
-            join = make_join(join_type, unique, held_rows, whole)
+            join = make_join(join_type, unique, held_rows, whole_micro_batch=True)
             out.append(
                 Workload(
                     name,
                     f"changelog join, {join_type.value}, "
                     f"{'a unique key (id) a side' if unique else 'no unique key'}",
                     2 * per_side,
-                    partial(make_join, join_type, unique, held_rows, whole),
+                    partial(make_join, join_type, unique, held_rows, True),
                     micro,
                     (left, right),
                     f"SELECT l.id, l.k, l.v, r.id, r.k, r.v FROM {left.name} AS l {sql_join} "

@@ -88,7 +88,7 @@ def make_join(
     unique key (rows keyed (k, id)), else rows are keyed (k, whole row).
     ``held_rows``: the join's bound on a side held whole (0: each input
     batch reads its keys, as a side past the bound does);
-    ``whole_micro_batch``: the join's option (inner joins)."""
+    ``whole_micro_batch``: the join's option."""
     uk = ["id"] if unique_key else None
     return StreamingJoin(
         join_type,

@@ -507,8 +507,8 @@ Arrow micro-batches (inputs already in memory), state on RocksDB, a commit
 (with its checkpoint) after each micro-batch; wall time from the first batch
 to the last commit. The output stays in Arrow, as the Spark runner hands it
 on: rows emitted at a commit too (`commit_arrow`). Its best configuration,
-as Flink gets its own: the inner joins take `whole_micro_batch=True` (each
-micro-batch joined whole in Arrow at its end; the outer joins cannot); the
+as Flink gets its own: the joins take `whole_micro_batch=True` (each
+micro-batch joined whole in Arrow at its end); the
 joins' `held_rows` is at least the changelog rows of a side, so each side is
 read whole however large (at 1M rows that is the default, a million; past
 the default a side read by key costs more per row, as the join suite's "read

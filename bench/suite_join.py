@@ -68,16 +68,13 @@ def measure(
                     backend,
                     workdir / f"{join_type.value}-{unique_key}-{backend}-warm",
                 )
-            if join_type is JoinType.INNER:
-                run_harness(
-                    make_join(join_type, unique_key, whole_micro_batch=True),
-                    warm,
-                    "rocksdb",
-                    workdir / f"{join_type.value}-{unique_key}-whole-warm",
-                )
-            sides: tuple[str, ...] = ("rocksdb", "dict", "memory", "by key")
-            if join_type is JoinType.INNER:
-                sides += ("whole",)
+            run_harness(
+                make_join(join_type, unique_key, whole_micro_batch=True),
+                warm,
+                "rocksdb",
+                workdir / f"{join_type.value}-{unique_key}-whole-warm",
+            )
+            sides = ("rocksdb", "dict", "memory", "by key", "whole")
             seconds: dict[str, list[float]] = {side: [] for side in sides}
             history: list[dict[str, Any]] = []
             dict_out = 0
@@ -140,16 +137,15 @@ def measure(
                     _WHOLE,
                 )
             )
-            if "whole" in seconds:
-                comparisons.append(
-                    Comparison.of_runs(
-                        f"{name} (RocksDB, whole micro-batch vs per input batch)",
-                        total,
-                        seconds["whole"],
-                        seconds["rocksdb"],
-                        _PER_INPUT_BATCH,
-                    )
+            comparisons.append(
+                Comparison.of_runs(
+                    f"{name} (RocksDB, whole micro-batch vs per input batch)",
+                    total,
+                    seconds["whole"],
+                    seconds["rocksdb"],
+                    _PER_INPUT_BATCH,
                 )
+            )
             readings.append(
                 (
                     f"{name}: rows per second per partition (medians)",
@@ -212,7 +208,7 @@ other side), as a side of more than `held_rows` rows (a million by default)
 in one partition always does. Its time over the same join reading its sides
 whole is what a partition past that size pays per row.
 
-**Whole micro-batch** (inner joins): relstate on RocksDB once more, with
+**Whole micro-batch**: relstate on RocksDB once more, with
 `whole_micro_batch=True`: each micro-batch is joined whole in Arrow at its end
 (one hash join of its rows against the other side's stored rows and changes),
 rather than each input batch by the emit rules over rows held in Python. The

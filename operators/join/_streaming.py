@@ -89,7 +89,7 @@ class StreamingJoin(Operator):
     batch its own keys, which costs more per row (``docs/operators/join.md``,
     "Speed").
 
-    ``whole_micro_batch`` (an inner join with no condition and no TTL, its
+    ``whole_micro_batch`` (a join with no condition and no TTL, its
     columns of types Arrow compares as the key bytes do,
     :func:`~encoding.arrow_equal`, or floats outside the identity) joins
     each micro-batch whole in Arrow at its end
@@ -169,8 +169,6 @@ class StreamingJoin(Operator):
         if not whole:
             return False
         why = []
-        if self.join_type is not JoinType.INNER:
-            why.append(f"it is a {self.join_type.value} join, not an inner one")
         if self.condition is not None:
             why.append("it has a condition")
         if any(v.ttl_ms is not None for v in self.views):
@@ -187,7 +185,7 @@ class StreamingJoin(Operator):
                     why.append(f"the {view.name} column {column.name!r} is a {column.type}")
         if why:
             raise InputError(
-                "whole_micro_batch joins inner joins with no condition and no TTL whose "
+                "whole_micro_batch takes joins with no condition and no TTL whose "
                 "columns are integers, strings, binary, booleans, dates or timestamps, or "
                 "floats outside a side's identity (its join key and unique key, or the whole "
                 f"row without one); here {'; '.join(why)}"

@@ -1,5 +1,5 @@
-"""An inner join's micro-batch joined whole, in Arrow, at its end
-(``StreamingJoin(whole_micro_batch=True)``).
+"""A changelog join's micro-batch joined whole, in Arrow, at its end
+(``StreamingJoin(whole_micro_batch=True)``): inner, left, right or full.
 
 Within a micro-batch the input comes in runs, each of one side's rows, and
 the emit rules give a row the other side's rows of its join key as its run
@@ -10,15 +10,33 @@ retraction of it in the other side's runs before ``p``), once per
 appearance. That is one hash join of the micro-batch's rows against the
 other side's stored rows and changes on the join key, a filter on the run
 and a sum per pair, all in Arrow: no Python object per row. The pairs come
-out as the rules emit them, each with its input row's kind: by input row,
-and a row's matches in the key order of the other side's table. Each side's
-state is then written as the net change of each identity the micro-batch
-touched, and counted as record at a time counts it.
+out as the rules emit them, by input row, and a row's matches in the key
+order of the other side's table.
+
+With no condition, an outer side's row is associated with every
+appearance of the other side's rows of its join key, so what the outer
+rules add is counted per join key, in the micro-batch's order:
+
+- a row of an outer side with no match as it comes is emitted padded with
+  nulls (``+I``, or ``-D`` for a retraction);
+- a row's pair with a match ``m`` of an outer side is preceded by ``-D`` of
+  ``m`` padded when the row's side had no row of the join key before it
+  (``m`` had no association), and followed by ``+I`` of ``m`` padded when a
+  retraction leaves the row's side none (``m`` has none left), once per
+  appearance of ``m``;
+- pairs are ``+I`` and ``-D`` in an outer join, as the rules make them.
+
+Each side's state is then written as the net change of each identity the
+micro-batch touched, and on an outer side each row of a touched join key
+gets the other side's appearances of that key as its associations; the
+operations are counted as record at a time counts them.
 
 The rules decide otherwise where a row is not a plain accumulate of a row
-the side does not hold or retraction of one it does. A micro-batch with
-such a row goes through the rules in its runs' order instead, as without
-the option: a null in a row's identity (a null join key matches nothing
+the side does not hold or retraction of one it does, or an outer side's
+stored associations are not what the other side holds (dirty state, left
+by applying retractions of rows never stored). A micro-batch with such a
+row goes through the rules in its runs' order instead, as without the
+option: a null in a row's identity (a null join key matches nothing
 unless null-safe; without a unique key the identity is the whole row), an
 upsert (an accumulate whose unique key is held), a retraction of a row the
 side does not hold (the stage's policy decides) or one whose values differ
@@ -52,9 +70,13 @@ __all__ = ["join_whole"]
 _SEEK_RATIO = 8
 
 _ACCUMULATES = pa.array([RowKind.INSERT.value, RowKind.UPDATE_AFTER.value])
+_INS, _DEL = RowKind.INSERT.value, RowKind.DELETE.value
 
-# The working columns beside a side's input columns (``c0``, ``c1``, ...).
+# The working columns beside a side's input columns (``c0``, ``c1``, ...):
+# a row's run, position in the micro-batch, kind and sign; a stored row's
+# appearances, associations (outer sides) and position in the rows read.
 _RUN, _SEQ, _SIGN, _KIND = "run", "seq", "sign", "kind"
+_COUNT, _ASSOCIATIONS, _AT = "count", "associations", "at"
 
 
 def join_whole(
@@ -65,7 +87,7 @@ def join_whole(
     held_rows: int,
 ) -> bool:
     """Join the micro-batch ``runs`` (each ``(side, batch)``; ``names``:
-    each side's input columns) whole, emit its pairs and write both sides'
+    each side's input columns) whole, emit its rows and write both sides'
     net changes. Returns ``False``, having done nothing, when a row needs
     the rules row by row (see the module)."""
     sides = [
@@ -74,16 +96,39 @@ def join_whole(
     ]
     if not all(s.clean() for s in sides):
         return False
-    wanted = _join_keys(sides)
-    stored = [s.stored(wanted, held_rows) for s in sides]
-    changes = [s.net_change(held) for s, held in zip(sides, stored, strict=True)]
+    keys = _JoinKeys.of(sides)
+    outer = any(v.outer for v in views)
+    stored = [s.stored(keys, held_rows, numbered=outer) for s in sides]
+    counts: list[_Counts | None] = [None, None]
+    if outer:
+        counts = [_Counts.of(s, held, keys) for s, held in zip(sides, stored, strict=True)]
+        for side, s in enumerate(sides):
+            other = counts[1 - side]
+            assert other is not None
+            if s.view.outer and not _associated(stored[side], other.start):
+                return False
+    changes = [
+        s.net_change(held, None if c is None else c.ids)
+        for s, held, c in zip(sides, stored, counts, strict=True)
+    ]
     if any(c is None for c in changes):
         return False
-    pairs = [_pairs(sides[side], sides[1 - side], stored[1 - side], side) for side in (0, 1)]
-    _emit(ctx, pa.concat_tables(pairs))
-    for s, change in zip(sides, changes, strict=True):
+    parts = [
+        _pairs(sides[side], sides[1 - side], stored[1 - side], side, counts[side])
+        for side in (0, 1)
+    ]
+    _emit(ctx, parts, views[0].width)
+    for side, (s, change) in enumerate(zip(sides, changes, strict=True)):
         assert change is not None
-        change.write(ctx, s)
+        other = counts[1 - side]
+        outer_write = None
+        if s.view.outer:
+            assert other is not None
+            # A row of the other side sets the associations of each row it
+            # pairs with: once per pair, by the rules.
+            set_associations = parts[1 - side].table.num_rows
+            outer_write = _OuterWrite(stored[side], other, set_associations)
+        change.write(ctx, s, outer_write)
     return True
 
 
@@ -103,11 +148,7 @@ def _rows(
         n = batch.num_rows
         if s == side and n:
             at = batch.schema.get_field_index(ROW_KIND)
-            kinds = (
-                batch.column(at).cast(pa.string())
-                if at >= 0
-                else pa.repeat(pa.scalar(RowKind.INSERT.value), n)
-            )
+            kinds = batch.column(at).cast(pa.string()) if at >= 0 else pa.repeat(pa.scalar(_INS), n)
             parts.append(
                 pa.table(
                     [
@@ -144,6 +185,84 @@ def _named(view: JoinStateView, indices: Sequence[int]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class _JoinKeys:
+    """The distinct join keys of both sides' rows in the micro-batch (the
+    left's types, columns ``k<i>``), each named by its position: its id."""
+
+    keys: pa.Table
+
+    @classmethod
+    def of(cls, sides: Sequence[_Side]) -> _JoinKeys:
+        parts = [s.join_keys(s.rows) for s in sides]
+        left = parts[0].schema
+        both = pa.concat_tables([parts[0], parts[1].cast(left)])
+        return cls(both.group_by(both.column_names, use_threads=False).aggregate([]))
+
+    def __len__(self) -> int:
+        return int(self.keys.num_rows)
+
+    def ids(self, keys: pa.Table) -> np.ndarray:
+        """The id of each join key of ``keys`` (columns ``k<i>``), -1 for one
+        the micro-batch's rows do not have (a null matches none)."""
+        ids = np.full(keys.num_rows, -1, dtype=np.int64)
+        if not keys.num_rows or not len(self):
+            return ids
+        if keys.num_columns == 1:  # a hash lookup, no join
+            values = keys.column(0).cast(self.keys.schema.field(0).type)
+            found = pc.index_in(values, value_set=self.keys.column(0).combine_chunks())
+            return np.asarray(found.fill_null(-1)).astype(np.int64)
+        probe = keys.cast(self.keys.schema).append_column(
+            _AT, pa.array(np.arange(keys.num_rows, dtype=np.int64))
+        )
+        numbered = self.keys.append_column("id", pa.array(np.arange(len(self), dtype=np.int64)))
+        found = probe.join(
+            numbered, keys=self.keys.column_names, join_type="inner", use_threads=False
+        )
+        ids[np.asarray(found.column(_AT))] = np.asarray(found.column("id"))
+        return ids
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """One side's appearances of each join key (by id): as stored, and
+    just before each of its micro-batch rows; and its rows' join key ids."""
+
+    start: np.ndarray
+    end: np.ndarray
+    before: np.ndarray
+    ids: np.ndarray
+
+    @classmethod
+    def of(cls, side: _Side, stored: pa.Table, keys: _JoinKeys) -> _Counts:
+        at = np.asarray(stored.column("id"))
+        known = at >= 0
+        weights = np.asarray(stored.column(_COUNT))[known]
+        start = np.bincount(at[known], weights=weights, minlength=len(keys)).astype(np.int64)
+        ids = keys.ids(side.join_keys(side.rows))
+        sign = np.asarray(side.rows.column(_SIGN))
+        # Before each row: the stored count and the signs of the rows of its
+        # join key before it (the rows come in micro-batch order).
+        order = np.argsort(ids, kind="stable")
+        sorted_ids, sorted_sign = ids[order], sign[order]
+        exclusive = np.cumsum(sorted_sign) - sorted_sign
+        first = np.searchsorted(sorted_ids, sorted_ids)
+        before = np.empty(len(ids), dtype=np.int64)
+        before[order] = start[sorted_ids] + exclusive - exclusive[first]
+        end = start + np.bincount(ids, weights=sign, minlength=len(keys)).astype(np.int64)
+        return cls(start, end, before, ids)
+
+
+def _associated(stored: pa.Table, other_start: np.ndarray) -> bool:
+    """Whether each stored row of an outer side whose join key the
+    micro-batch has holds the other side's appearances of its join key as
+    its associations (clean state)."""
+    at = np.asarray(stored.column("id"))
+    known = at >= 0
+    held = np.asarray(stored.column(_ASSOCIATIONS))[known]
+    return bool(np.array_equal(held, other_start[at[known]]))
+
+
+@dataclass(frozen=True)
 class _Side:
     """One side: its view, its table and its micro-batch rows (the input
     columns as ``c<i>``, then each row's run, position, kind and sign)."""
@@ -160,31 +279,49 @@ class _Side:
             return False
         return all_known_kinds(rows.column(_KIND))
 
-    def stored(self, wanted: pa.Table, held_rows: int) -> pa.Table:
-        """The stored rows of the join keys ``wanted`` (more, when the table
-        is read whole), their columns ``c<i>`` and ``count`` (appearances)."""
+    def join_keys(self, rows: pa.Table) -> pa.Table:
+        """The join keys of ``rows`` (columns ``c<i>``) as columns ``k<i>``."""
+        names = _named(self.view, self.view.join_key_indices)
+        return rows.select(names).rename_columns([f"k{i}" for i in range(len(names))])
+
+    def stored(self, keys: _JoinKeys, held_rows: int, numbered: bool) -> pa.Table:
+        """The stored rows of the join keys ``keys`` (more, when the table is
+        read whole): their columns ``c<i>``, appearances, associations (an
+        outer side), position and, if ``numbered``, join key id (-1: not
+        one of ``keys``)."""
         table, view = self.table, self.view
         rows = table.row_count
-        if not wanted.num_rows or not rows:
+        if not len(keys) or not rows:
             batch = pa.RecordBatch.from_pylist([], schema=table.schema.columns)
-        elif wanted.num_rows * _SEEK_RATIO >= rows and rows <= held_rows:
+        elif len(keys) * _SEEK_RATIO >= rows and rows <= held_rows:
             batch = table.scan_batch()
         else:
-            keys = [wanted.column(i).to_pylist() for i in range(wanted.num_columns)]
-            batch = table.scan_prefixes(zip(*keys, strict=True))
-        appearances, _ = view.counts_at
+            wanted = keys.keys
+            columns = [wanted.column(i).to_pylist() for i in range(wanted.num_columns)]
+            batch = table.scan_prefixes(zip(*columns, strict=True))
+        appearances, associations = view.counts_at
+        n = batch.num_rows
         count = (
-            pa.array(np.ones(batch.num_rows, dtype=np.int64))
+            pa.array(np.ones(n, dtype=np.int64))
             if appearances is None
             else batch.column(appearances)
         )
-        columns = [batch.column(i) for i in range(view.width)]
-        return pa.table([*columns, count], names=[*_input(view), "count"])
+        columns = [*(batch.column(i) for i in range(view.width)), count]
+        names = [*_input(view), _COUNT]
+        if associations is not None:
+            columns.append(batch.column(associations))
+            names.append(_ASSOCIATIONS)
+        stored = pa.table(columns, names=names)
+        stored = stored.append_column(_AT, pa.array(np.arange(n, dtype=np.int64)))
+        if numbered:
+            stored = stored.append_column("id", pa.array(keys.ids(self.join_keys(stored))))
+        return stored
 
-    def net_change(self, stored: pa.Table) -> _NetChange | None:
-        """Each identity's change over the micro-batch, checked against the
-        rules: ``None`` when a row is an upsert or retracts a row the side
-        does not hold (or, with a unique key, one with other values)."""
+    def net_change(self, stored: pa.Table, ids: np.ndarray | None) -> _NetChange | None:
+        """Each identity's change over the micro-batch (``ids``: its rows'
+        join key ids, in an outer join), checked against the rules: ``None``
+        when a row is an upsert or retracts a row the side does not hold
+        (or, with a unique key, one with other values)."""
         view, rows = self.view, self.rows
         identity = _named(view, view.identity_indices)
         order = pc.sort_indices(rows, [(c, "ascending") for c in identity] + [(_SEQ, "ascending")])
@@ -195,8 +332,8 @@ class _Side:
         stops = np.array(past, dtype=np.int64)
         group = np.repeat(np.arange(len(starts)), stops - starts)
         firsts = events.take(pa.array(starts, pa.int64())).select(identity)
-        held = _held_of(firsts, stored, identity, _input(view))
-        before_count = np.asarray(held.column("count").fill_null(0))  # per group
+        held = _held_of(firsts, stored, identity)
+        before_count = np.asarray(held.column(_COUNT).fill_null(0))  # per group
         sign = np.asarray(events.column(_SIGN))
         inclusive = np.cumsum(sign)
         exclusive = inclusive - sign
@@ -221,25 +358,24 @@ class _Side:
             inserted=inserted,
             updated=n - inserted - deleted,
             deleted=deleted,
+            ids=None if ids is None else ids[np.asarray(order)[starts]],
         )
 
 
-def _held_of(
-    firsts: pa.Table, stored: pa.Table, identity: list[str], columns: list[str]
-) -> pa.Table:
+def _held_of(firsts: pa.Table, stored: pa.Table, identity: list[str]) -> pa.Table:
     """For each identity of ``firsts`` (one a group, in group order), the
-    stored row with it (``columns`` and ``count``; nulls where none)."""
-    at = "group"
-    probe = firsts.append_column(at, pa.array(np.arange(firsts.num_rows, dtype=np.int64)))
+    stored row with it (all of ``stored``'s columns; nulls where none)."""
+    group = "group"
+    probe = firsts.append_column(group, pa.array(np.arange(firsts.num_rows, dtype=np.int64)))
     found = probe.join(
-        stored.select([*columns, "count"]),
+        stored,
         keys=identity,
         join_type="left outer",
         coalesce_keys=True,
         use_threads=False,
     )
-    found = found.take(pc.sort_indices(found.column(at)))
-    return found.select([*columns, "count"])
+    found = found.take(pc.sort_indices(found.column(group)))
+    return found.select(stored.column_names)
 
 
 def _retractions_match(
@@ -294,7 +430,7 @@ def _array(values: pa.ChunkedArray | pa.Array) -> pa.Array:
 class _NetChange:
     """Each identity's change over a micro-batch, one a group: its row
     after (``last``), its stored row (``held``), its appearances before and
-    after; and the operations record at a time counts."""
+    after; the operations record at a time counts."""
 
     last: pa.Table
     held: pa.Table
@@ -303,10 +439,15 @@ class _NetChange:
     inserted: int
     updated: int
     deleted: int
+    #: Each identity's join key id, in an outer join.
+    ids: np.ndarray | None
 
-    def write(self, ctx: OperatorContext, side: _Side) -> None:
+    def write(self, ctx: OperatorContext, side: _Side, outer: _OuterWrite | None) -> None:
         """Write the net change as one batch delete, update and insert, and
-        count the operations as record at a time does."""
+        count the operations as record at a time does. On an outer side
+        (``outer``), each row of a join key the micro-batch has gets the
+        other side's appearances of it as its associations, the stored rows
+        it did not touch included."""
         view, table = side.view, side.table
         columns = _input(view)
         before, after = self.before, self.after
@@ -315,32 +456,78 @@ class _NetChange:
         if view.has_unique_key and stayed.any():
             same = _same_rows(self.last, self.held, columns, stayed)
             changed |= stayed & ~same
+        old = new = None
+        moved = pa.table({})
+        if outer is not None:
+            old = np.asarray(self.held.column(_ASSOCIATIONS).fill_null(-1))
+            assert self.ids is not None
+            new = outer.other.end[self.ids]
+            changed |= stayed & (new != old)
+            moved = outer.moved(self.held)
         deletes = np.flatnonzero((before > 0) & (after == 0))
         updates = np.flatnonzero(stayed & changed)
         inserts = np.flatnonzero((before == 0) & (after > 0))
-        schema = table.schema.columns
         appearances, _ = view.counts_at
+        schema = table.schema.columns
 
-        def stored(rows: pa.Table, at: np.ndarray, counts: np.ndarray) -> pa.RecordBatch:
+        def stored(
+            rows: pa.Table, at: np.ndarray, counts: np.ndarray, associations: np.ndarray | None
+        ) -> pa.RecordBatch:
             picked = rows.select(columns).take(pa.array(at, pa.int64()))
             arrays = [picked.column(c).combine_chunks() for c in columns]
             if appearances is not None:
                 arrays.append(pa.array(counts[at], pa.int64()))
+            if associations is not None:
+                arrays.append(pa.array(associations[at], pa.int64()))
             return pa.RecordBatch.from_arrays(
                 [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)], schema=schema
             )
 
         if len(deletes):
-            table.delete_batch(stored(self.held, deletes, before))
+            table.delete_batch(stored(self.held, deletes, before, old))
         if len(updates):
-            table.update_batch(stored(self.last, updates, after))
+            table.update_batch(stored(self.last, updates, after, new))
+        if moved.num_rows:
+            assert outer is not None
+            everyone = np.arange(moved.num_rows)
+            counts = np.asarray(moved.column(_COUNT))
+            table.update_batch(stored(moved, everyone, counts, outer.associations(moved)))
         if len(inserts):
-            table.insert_batch(stored(self.last, inserts, after))
+            table.insert_batch(stored(self.last, inserts, after, new))
+        updated = self.updated + (0 if outer is None else outer.set_associations)
         metrics = table.metrics
         metrics.inserted += self.inserted - len(inserts)
-        metrics.updated += self.updated - len(updates)
+        metrics.updated += updated - len(updates) - moved.num_rows
         metrics.deleted += self.deleted - len(deletes)
-        view.count(ctx, self.inserted + self.updated, self.deleted)
+        view.count(ctx, self.inserted + updated, self.deleted)
+
+
+@dataclass(frozen=True)
+class _OuterWrite:
+    """What an outer side's write needs beyond its net change: the rows it
+    read (``stored``), the other side's counts and how many times the rules
+    set an association of its rows."""
+
+    stored: pa.Table
+    other: _Counts
+    set_associations: int
+
+    def moved(self, held: pa.Table) -> pa.Table:
+        """The stored rows the micro-batch did not touch (not in ``held``,
+        the stored rows of its identities) whose join key the other side's
+        rows changed: their associations change."""
+        ids = np.asarray(self.stored.column("id"))
+        known = ids >= 0
+        other = self.other
+        moved = np.zeros(len(ids), dtype=bool)
+        moved[known] = other.end[ids[known]] != other.start[ids[known]]
+        moved[np.asarray(held.column(_AT).drop_null())] = False
+        return self.stored.filter(pa.array(moved))
+
+    def associations(self, rows: pa.Table) -> np.ndarray:
+        """The associations of stored ``rows`` after the micro-batch."""
+        ends: np.ndarray = self.other.end[np.asarray(rows.column("id"))]
+        return ends
 
 
 def _same_rows(a: pa.Table, b: pa.Table, columns: list[str], where: np.ndarray) -> np.ndarray:
@@ -352,22 +539,29 @@ def _same_rows(a: pa.Table, b: pa.Table, columns: list[str], where: np.ndarray) 
     return same
 
 
-def _join_keys(sides: Sequence[_Side]) -> pa.Table:
-    """The distinct join keys of both sides' rows, as the left's types
-    (columns ``k<i>``)."""
-    parts = []
-    for s in sides:
-        names = _named(s.view, s.view.join_key_indices)
-        keys = s.rows.select(names).rename_columns([f"k{i}" for i in range(len(names))])
-        parts.append(keys)
-    left = parts[0].schema
-    both = pa.concat_tables([parts[0], parts[1].cast(left)])
-    return both.group_by(both.column_names, use_threads=False).aggregate([])
+@dataclass(frozen=True)
+class _Pairs:
+    """What one side's rows emit: the pairs they make (``table``: output
+    columns ``o<i>``, the input row's position, the other row's key bytes,
+    the pair's multiplicity and kind, whether it toggles the other row's
+    padded row, the input row's sign and side) and, on an outer side, the
+    rows with no match, padded (``padded``: output columns, position, kind)."""
+
+    table: pa.Table
+    padded: pa.Table
 
 
-def _pairs(probe: _Side, other: _Side, stored: pa.Table, side: int) -> pa.Table:
+def _pairs(
+    probe: _Side,
+    other: _Side,
+    stored: pa.Table,
+    side: int,
+    counts: _Counts | None,
+) -> _Pairs:
     """The pairs ``probe``'s rows (of ``side``) make with ``other``'s rows,
-    each with its multiplicity, position and the other row's key bytes."""
+    each with its multiplicity, position and the other row's key bytes;
+    ``counts``: the probe side's counts in an outer join (``None``: an
+    inner one)."""
     pv, ov = probe.view, other.view
     p_keys = [f"p{i}" for i in pv.join_key_indices]
     t_keys = [f"t{i}" for i in ov.join_key_indices]
@@ -387,7 +581,7 @@ def _pairs(probe: _Side, other: _Side, stored: pa.Table, side: int) -> pa.Table:
                 [
                     *(stored.column(f"c{i}") for i in range(ov.width)),
                     pa.array(np.full(stored.num_rows, -1, dtype=np.int64)),
-                    stored.column("count"),
+                    stored.column(_COUNT),
                 ],
                 names=[*t_columns, "t_run", "t_sign"],
             ),
@@ -414,7 +608,7 @@ def _pairs(probe: _Side, other: _Side, stored: pa.Table, side: int) -> pa.Table:
     grouped = grouped.filter(pc.greater(grouped.column("t_sign_sum"), 0))
     at = np.searchsorted(np.asarray(rows.column(_SEQ)), np.asarray(grouped.column(_SEQ)))
     mine = rows.take(pa.array(at, pa.int64()))
-    theirs = [grouped.column(c) for c in t_columns]
+    multiplicity = np.asarray(grouped.column("t_sign_sum"))
     key_names = ov.table.key_names
     identity = pa.RecordBatch.from_arrays(
         [grouped.column(f"t{i}").combine_chunks() for i in ov.identity_indices],
@@ -422,29 +616,106 @@ def _pairs(probe: _Side, other: _Side, stored: pa.Table, side: int) -> pa.Table:
     )
     order = other.table.keys.encode_arrow(identity)
     own = [mine.column(f"c{i}") for i in range(pv.width)]
+    theirs = [grouped.column(c) for c in t_columns]
     columns = [*own, *theirs] if side == LEFT else [*theirs, *own]
-    return pa.table(
+    sign = np.asarray(mine.column(_SIGN))
+    if counts is None:
+        kind = mine.column(_KIND)
+        toggle = np.zeros(len(at), dtype=bool)
+    else:  # an outer join: pairs are +I and -D
+        kind = pa.array(np.where(sign > 0, _INS, _DEL))
+        # The other row had no association before an accumulate, or has
+        # none after a retraction: its padded row goes or comes.
+        before = counts.before[at]
+        toggle = np.where(sign > 0, before == 0, before == 1) & ov.outer
+    names = _output(len(columns))
+    pairs = pa.table(
         [
             *columns,
             grouped.column(_SEQ),
             order,
-            grouped.column("t_sign_sum"),
-            mine.column(_KIND),
+            pa.array(multiplicity),
+            kind,
+            pa.array(toggle),
+            pa.array(sign),
+            pa.array(np.full(len(at), side, dtype=np.int8)),
         ],
-        names=[*(f"o{i}" for i in range(len(columns))), _SEQ, "order", "count", _KIND],
+        names=[*names, _SEQ, "order", _COUNT, _KIND, "toggle", _SIGN, "side"],
     )
+    alone = np.zeros(rows.num_rows, dtype=bool)
+    if pv.outer:
+        matches = np.bincount(at, weights=multiplicity, minlength=rows.num_rows)
+        alone = matches == 0
+    lonely = rows.filter(pa.array(alone))
+    n = lonely.num_rows
+    mine_padded = [lonely.column(f"c{i}") for i in range(pv.width)]
+    nulls = [pa.nulls(n, f.type) for f in list(ov.table.columns)[: ov.width]]
+    padded_columns = [*mine_padded, *nulls] if side == LEFT else [*nulls, *mine_padded]
+    padded_kind = pc.if_else(pc.greater(lonely.column(_SIGN), 0), _INS, _DEL)
+    padded = pa.table(
+        [*padded_columns, lonely.column(_SEQ), padded_kind], names=[*names, _SEQ, _KIND]
+    )
+    return _Pairs(pairs, padded)
 
 
-def _emit(ctx: OperatorContext, pairs: pa.Table) -> None:
-    """Emit ``pairs`` as the rules do: by input row, a row's matches in
-    key order, each as many times as it appears."""
-    if not pairs.num_rows:
+def _output(width: int) -> list[str]:
+    return [f"o{i}" for i in range(width)]
+
+
+def _emit(ctx: OperatorContext, parts: Sequence[_Pairs], left_width: int) -> None:
+    """Emit the rows as the rules do: by input row, its own row padded if
+    it has no match, else its matches in key order, each as many times as
+    it appears, between the other row padded going and coming where a
+    match toggles it."""
+    pairs = pa.concat_tables([p.table for p in parts])
+    padded = pa.concat_tables([p.padded for p in parts])
+    if not pairs.num_rows and not padded.num_rows:
         return
-    order = pc.sort_indices(pairs, [(_SEQ, "ascending"), ("order", "ascending")])
-    counts = np.asarray(pairs.column("count").take(order))
-    picked = np.asarray(order)
-    if counts.max() > 1:
-        picked = np.repeat(picked, counts)
-    out = pairs.take(pa.array(picked, pa.int64()))
-    n = out.num_columns - 4
-    ctx.emit_batch([out.column(i) for i in range(n)], out.column(_KIND).combine_chunks())
+    pairs = pairs.take(pc.sort_indices(pairs, [(_SEQ, "ascending"), ("order", "ascending")]))
+    names = [c for c in padded.column_names if c != _SEQ]
+    width = len(names) - 1
+    n = pairs.num_rows
+    counts = np.asarray(pairs.column(_COUNT))
+    toggle = np.asarray(pairs.column("toggle"))
+    pair = np.arange(n)
+    if toggle.any() or counts.max(initial=0) > 1:
+        lengths = counts * (1 + toggle)
+        pair = np.repeat(pair, lengths)
+        # Within a pair's rows: its other row padded goes (-D) before each
+        # accumulated appearance and comes (+I) after each retracted one.
+        within = np.arange(len(pair)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        accumulate = np.asarray(pairs.column(_SIGN))[pair] > 0
+        is_padded = toggle[pair] & ((within % 2 == 0) == accumulate)
+        toggled = np.cumsum(toggle) - 1
+        source = np.where(is_padded, n + toggled[pair], pair)
+    else:
+        source = pair
+    sources = [
+        pairs.select(names),
+        _others_padded(pairs.filter(pa.array(toggle)), names, left_width),
+    ]
+    if padded.num_rows:
+        seq = np.concatenate(
+            [np.asarray(pairs.column(_SEQ))[pair], np.asarray(padded.column(_SEQ))]
+        )
+        start = n + int(toggle.sum())
+        source = np.concatenate([source, np.arange(start, start + padded.num_rows)])
+        source = source[np.argsort(seq, kind="stable")]
+        sources.append(padded.select(names))
+    table = pa.concat_tables([t.cast(sources[0].schema) for t in sources])
+    out = table.take(pa.array(source, pa.int64()))
+    ctx.emit_batch([out.column(i) for i in range(width)], out.column(_KIND).combine_chunks())
+
+
+def _others_padded(toggled: pa.Table, names: list[str], left_width: int) -> pa.Table:
+    """The other row of each pair of ``toggled`` padded with nulls, with the
+    kind it goes (``-D``, before an accumulate's pair) or comes with (``+I``,
+    after a retraction's)."""
+    own_left = pc.equal(toggled.column("side"), LEFT)
+    columns = []
+    for i, name in enumerate(names[:-1]):
+        column = toggled.column(name)
+        own = own_left if i < left_width else pc.invert(own_left)
+        columns.append(pc.if_else(own, pa.scalar(None, column.type), column))
+    kind = pc.if_else(pc.greater(toggled.column(_SIGN), 0), _DEL, _INS)
+    return pa.table([*columns, kind], names=names)

@@ -1,7 +1,8 @@
 """``StreamingJoin(whole_micro_batch=True)`` (operators/join/_whole.py)
-against the join without it: the same rows in the same order, the same
-state and state metrics; micro-batches it cannot take go by the rules; the
-joins it cannot take refuse it; and through the Spark runner."""
+against the join without it, inner and outer: the same rows in the same
+order, the same state and state metrics; micro-batches it cannot take go by
+the rules; the joins it cannot take refuse it; and through the Spark
+runner."""
 
 from __future__ import annotations
 
@@ -177,24 +178,63 @@ def varied_changes(seed: int, make_row: MakeRow, unique: str | None) -> Runs:
 
 
 class TestSameAsTheRules:
+    @pytest.mark.parametrize("join_type", list(JoinType))
     @pytest.mark.parametrize("unique", [True, False])
     @pytest.mark.parametrize("held_rows", [1_000_000, 0])
     def test_same_rows_state_and_metrics(
-        self, unique: bool, held_rows: int, taken: list[bool], tmp_path: Path
+        self,
+        join_type: JoinType,
+        unique: bool,
+        held_rows: int,
+        taken: list[bool],
+        tmp_path: Path,
     ) -> None:
         """Over random runs of inserts, ``+U``, ``-U`` and deletes of live rows
-        (few join keys, so rows match many), each micro-batch is joined whole
-        and emits the rows the rules emit record at a time, in order; the
-        state and state metrics are the same; reading the sides whole or by
-        key (``held_rows=0``) alike."""
+        (few join keys, so rows match many, and join keys go empty and fill
+        again), each micro-batch is joined whole and emits the rows the rules
+        emit record at a time, in order: in an outer join the padded rows
+        too, as they go and come; the state (an outer side's associations
+        included) and state metrics are the same; reading the sides whole or
+        by key (``held_rows=0``) alike."""
         for seed in range(8):
             runs = changes(seed, 30)
-            got = outputs(
-                make(Whole, JoinType.INNER, unique, held_rows), runs, tmp_path / f"w{seed}"
-            )
-            want = outputs(make(RowAtATime, JoinType.INNER, unique), runs, tmp_path / f"r{seed}")
+            got = outputs(make(Whole, join_type, unique, held_rows), runs, tmp_path / f"w{seed}")
+            want = outputs(make(RowAtATime, join_type, unique), runs, tmp_path / f"r{seed}")
             assert got == want, f"seed {seed}"
         assert taken and all(taken)
+
+    def test_padded_rows_go_and_come(self, tmp_path: Path) -> None:
+        """A full join, by hand: a row with no match is emitted padded; the
+        first match of a join key retracts the other side's padded rows (once
+        per appearance), the last one to go brings them back; untouched rows
+        of the join key get their associations rewritten."""
+        pad = (None, None, None)
+        with OperatorHarness(make(Whole, JoinType.FULL, False), path=tmp_path) as h:
+            h.process_rows([(1, 7, 0), (1, 7, 0), (2, 7, 1)], side=0)
+            h.commit()
+            assert h.output == [(RowKind.INSERT, (1, 7, 0, *pad))] * 2 + [
+                (RowKind.INSERT, (2, 7, 1, *pad))
+            ]
+            assert list(h.table("left").scan()) == [(1, 7, 0, 2, 0), (2, 7, 1, 1, 0)]
+            h.output.clear()
+            h.process_rows([(5, 7, 9)], side=1)
+            h.process_rows([(5, 7, 9)], [RowKind.DELETE], side=1)
+            h.commit()
+            gone = [(RowKind.DELETE, (1, 7, 0, *pad)), (RowKind.INSERT, (1, 7, 0, 5, 7, 9))] * 2
+            back = [(RowKind.DELETE, (1, 7, 0, 5, 7, 9)), (RowKind.INSERT, (1, 7, 0, *pad))] * 2
+            assert h.output == [
+                *gone,
+                (RowKind.DELETE, (2, 7, 1, *pad)),
+                (RowKind.INSERT, (2, 7, 1, 5, 7, 9)),
+                *back,
+                (RowKind.DELETE, (2, 7, 1, 5, 7, 9)),
+                (RowKind.INSERT, (2, 7, 1, *pad)),
+            ]
+            h.output.clear()
+            h.process_rows([(6, 7, 3)], side=1)
+            h.commit()
+            assert list(h.table("left").scan()) == [(1, 7, 0, 2, 1), (2, 7, 1, 1, 1)]
+            assert list(h.table("right").scan()) == [(6, 7, 3, 1, 3)]
 
     def test_emitted_at_the_end_of_the_micro_batch(self, tmp_path: Path) -> None:
         """The rows come out when the micro-batch ends (its commit), not
@@ -223,19 +263,19 @@ class TestSameAsTheRules:
     def test_sqlite_differential(
         self, monkeypatch: pytest.MonkeyPatch, taken: list[bool], tmp_path: Path
     ) -> None:
-        """The join differential's random runs (several partitions, restores
-        after failed attempts), with the option wherever the run's join
-        allows it, still equal SQLite's join after every batch. Its keys are
-        often null, so most micro-batches go by the rules; some are joined
-        whole."""
+        """The join differential's random runs (inner and outer joins,
+        several partitions, restores after failed attempts), with the option
+        wherever the run's join allows it (no condition), still equal
+        SQLite's join after every batch. Its keys are often null, so most
+        micro-batches go by the rules; some are joined whole."""
         plain = differential.Config.join
 
         def join(config: differential.Config) -> StreamingJoin:
             made = plain(config)
-            if config.join_type is not JoinType.INNER or config.with_condition:
+            if config.with_condition:
                 return made
             return StreamingJoin(
-                JoinType.INNER,
+                config.join_type,
                 differential.SIDE,
                 differential.SIDE,
                 config.keys,
@@ -252,6 +292,7 @@ class TestSameAsTheRules:
             differential.run(seed, "memory", tmp_path / str(seed), None)
         assert True in taken and False in taken
 
+    @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.FULL])
     @pytest.mark.parametrize(
         ("variant", "unique"),
         [
@@ -263,14 +304,20 @@ class TestSameAsTheRules:
         ],
     )
     def test_varied_changes(
-        self, variant: str, unique: str | None, taken: list[bool], tmp_path: Path
+        self,
+        join_type: JoinType,
+        variant: str,
+        unique: str | None,
+        taken: list[bool],
+        tmp_path: Path,
     ) -> None:
         """Rows deleted and inserted again with new values, ``-U``/``+U``
         pairs, whole rows several times (no unique key), a unique key within
         the join key (one row a join key), over key and value types of every
         kind the option takes (strings, binary, booleans, timestamps, two
-        key columns, float values with -0.0 and 0.0): every micro-batch is
-        joined whole, with the rows, order, state and metrics of the rules."""
+        key columns, float values with -0.0 and 0.0), inner and full: every
+        micro-batch is joined whole, with the rows, order, state and metrics
+        of the rules."""
         schema, make_row = VARIANTS[variant]
         keys = [n for n in schema.names if n.startswith("k")]
         uk = None if unique is None else (keys if unique == "k" else ["id"])
@@ -278,7 +325,7 @@ class TestSameAsTheRules:
             runs = varied_changes(seed, make_row, unique)
             got = []
             for cls in (Whole, RowAtATime):
-                join = cls(JoinType.INNER, schema, schema, keys, keys, uk, uk, right_prefix="r_")
+                join = cls(join_type, schema, schema, keys, keys, uk, uk, right_prefix="r_")
                 got.append(outputs(join, runs, tmp_path / f"{cls.__name__}{seed}"))
             assert got[0] == got[1], f"seed {seed}"
         if variant == "two-keys-float":
@@ -345,8 +392,11 @@ class TestMidBatch:
 
 
 class TestByTheRules:
+    @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.FULL])
     @pytest.mark.parametrize("unique", [True, False])
-    def test_dirty_micro_batches(self, unique: bool, taken: list[bool], tmp_path: Path) -> None:
+    def test_dirty_micro_batches(
+        self, join_type: JoinType, unique: bool, taken: list[bool], tmp_path: Path
+    ) -> None:
         """Under unknown_retractions='apply', micro-batches with retractions of
         rows never stored, upserts and repeated rows go by the rules in
         order: the same output, state and state metrics as without the
@@ -354,12 +404,39 @@ class TestByTheRules:
         policy = InputPolicy.of("apply", None, "j")
         for seed in range(6):
             runs = dirty_changes(seed)
-            got = outputs(make(Whole, JoinType.INNER, unique), runs, tmp_path / f"w{seed}", policy)
+            got = outputs(make(Whole, join_type, unique), runs, tmp_path / f"w{seed}", policy)
             want = outputs(
-                make(StreamingJoin, JoinType.INNER, unique), runs, tmp_path / f"r{seed}", policy
+                make(StreamingJoin, join_type, unique), runs, tmp_path / f"r{seed}", policy
             )
             assert got == want, f"seed {seed}"
         assert False in taken
+
+    def test_associations_left_dirty(self, taken: list[bool], tmp_path: Path) -> None:
+        """An applied retraction of a row never stored leaves an outer row's
+        associations short of the other side's rows; a later clean
+        micro-batch of that join key goes by the rules, which read the
+        stored associations, so the output is theirs; one of another join
+        key is joined whole."""
+        policy = InputPolicy.of("apply", None, "j")
+        got = []
+        for cls in (Whole, StreamingJoin):
+            with OperatorHarness(make(cls, JoinType.FULL, True), path=tmp_path / cls.__name__) as h:
+                h.policy = policy
+                h.process_rows([(1, 7, 0)], side=0)
+                h.process_rows([(5, 7, 1)], side=1)
+                h.commit()
+                h.process_rows([(6, 7, 2)], [RowKind.DELETE], side=1)  # never stored
+                h.commit()
+                h.process_rows([(2, 7, 3)], side=0)
+                h.commit()
+                h.process_rows([(3, 8, 3)], side=0)
+                h.commit()
+                got.append(
+                    [h.output, list(h.table("left").scan()), _state_metrics([h.last_metrics])]
+                )
+        assert got[0] == got[1]
+        assert (RowKind.INSERT, (1, 7, 0, None, None, None)) in got[0][0]
+        assert taken == [True, False, False, True]
 
     @pytest.mark.parametrize("null_safe", [True, False])
     def test_null_keys_and_strings(
@@ -431,8 +508,6 @@ class TestRefused:
     @pytest.mark.parametrize(
         ("kwargs", "why"),
         [
-            ({"join_type": JoinType.LEFT}, "left join"),
-            ({"join_type": JoinType.FULL}, "full join"),
             ({"condition": lambda left, right: True}, "condition"),
             ({"left_ttl_ms": 1000}, "TTL"),
             ({"left": pa.schema([("id", pa.int64()), ("k", pa.float64())])}, "'k' \\(double\\)"),
@@ -452,7 +527,7 @@ class TestRefused:
         ],
     )
     def test_where_it_cannot_apply(self, kwargs: dict[str, Any], why: str) -> None:
-        """An outer join, a condition, a TTL, a float in a side's identity
+        """A condition, a TTL, a float in a side's identity
         (here its join key), a null-typed or decimal column, or a value not a
         bool is refused when the join is made, naming why."""
         args: dict[str, Any] = {
@@ -543,10 +618,14 @@ FILES = pa.schema([*SPARK_SIDE, ("seq", pa.int64()), ("row_kind", pa.string())])
 
 @pytest.mark.spark
 class TestThroughSpark:
-    def test_each_batch_equals_sparks_batch_join(self, spark: Any, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.FULL])
+    def test_each_batch_equals_sparks_batch_join(
+        self, join_type: JoinType, spark: Any, tmp_path: Path
+    ) -> None:
         """Through the Spark runner (2 partitions, 3 batches of inserts and
-        deletes), the materialised output of the inner join with the option
-        equals Spark SQL's join of the live rows after each batch."""
+        deletes), the materialised output of the inner and the full join
+        with the option equals Spark SQL's join of the live rows after each
+        batch."""
 
         rnd = random.Random(11)
         live: list[list[tuple[int, int, int]]] = [[], []]
@@ -570,7 +649,7 @@ class TestThroughSpark:
                 files[side].append(pa.Table.from_pylist(records, FILES))
             after.append([list(live[0]), list(live[1])])
         join = StreamingJoin(
-            JoinType.INNER,
+            join_type,
             SPARK_SIDE,
             SPARK_SIDE,
             ["k"],
@@ -594,7 +673,10 @@ class TestThroughSpark:
                     after[batch][side], "id long, k long, v long"
                 ).createOrReplaceTempView(name)
             expected = Counter(
-                tuple(r) for r in spark.sql("SELECT l.*, r.* FROM l JOIN r ON l.k = r.k").collect()
+                tuple(r)
+                for r in spark.sql(
+                    f"SELECT l.*, r.* FROM l {join_type.value.upper()} JOIN r ON l.k = r.k"
+                ).collect()
             )
             assert +held == expected, f"batch {batch}"
             assert all(n >= 0 for n in held.values())
