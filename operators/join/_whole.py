@@ -13,17 +13,19 @@ and a sum per pair, all in Arrow: no Python object per row. The pairs come
 out as the rules emit them, by input row, and a row's matches in the key
 order of the other side's table.
 
-With no condition, an outer side's row is associated with every
-appearance of the other side's rows of its join key, so what the outer
-rules add is counted per join key, in the micro-batch's order:
+With no condition, an outer side's row (its join key not null: a null
+sends the micro-batch to the rules) is associated with every appearance
+of the other side's rows of its join key, so what the outer rules add is
+counted per join key, in the micro-batch's order:
 
 - a row of an outer side with no match as it comes is emitted padded with
   nulls (``+I``, or ``-D`` for a retraction);
-- a row's pair with a match ``m`` of an outer side is preceded by ``-D`` of
-  ``m`` padded when the row's side had no row of the join key before it
-  (``m`` had no association), and followed by ``+I`` of ``m`` padded when a
-  retraction leaves the row's side none (``m`` has none left), once per
-  appearance of ``m``;
+- for each appearance of a match ``m`` of an outer side, a row's pair with
+  it is preceded by ``-D`` of ``m`` padded when the row's side had no row
+  of the join key before it (``m`` had no association), and followed by
+  ``+I`` of ``m`` padded when a retraction leaves the row's side none
+  (``m`` has none left): ``-D`` padded, ``+I`` pair, ``-D`` padded, ``+I``
+  pair for two appearances;
 - pairs are ``+I`` and ``-D`` in an outer join, as the rules make them.
 
 Each side's state is then written as the net change of each identity the
@@ -224,8 +226,9 @@ class _JoinKeys:
 
 @dataclass(frozen=True)
 class _Counts:
-    """One side's appearances of each join key (by id): as stored, and
-    just before each of its micro-batch rows; and its rows' join key ids."""
+    """One side's appearances of each join key (by id): as stored
+    (``start``), after the micro-batch (``end``) and just before each of its
+    micro-batch rows (``before``); and its rows' join key ids."""
 
     start: np.ndarray
     end: np.ndarray
@@ -445,9 +448,11 @@ class _NetChange:
     def write(self, ctx: OperatorContext, side: _Side, outer: _OuterWrite | None) -> None:
         """Write the net change as one batch delete, update and insert, and
         count the operations as record at a time does. On an outer side
-        (``outer``), each row of a join key the micro-batch has gets the
-        other side's appearances of it as its associations, the stored rows
-        it did not touch included."""
+        (``outer``), each row of a join key the micro-batch has holds the
+        other side's appearances of it after the micro-batch as its
+        associations: written with the net change of the rows it touched,
+        and, for the stored rows it did not touch, where the other side's
+        count moved (the rest hold it already, as checked)."""
         view, table = side.view, side.table
         columns = _input(view)
         before, after = self.before, self.after
