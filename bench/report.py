@@ -276,6 +276,7 @@ def markdown(result: BenchResult, images: Mapping[Section, Path] | None, page: P
         f"| 1-minute load average at start / end (the run adds about 1) | "
         f"{_load(m.load)} / {_load(result.load_after)} |",
         f"| Python | {m.python} |",
+        f"| code measured | commit {m.commit or 'unknown (not a git checkout)'} |",
         f"| {names} | {versions} |",
         f"| RocksDB | `RocksDBConfig` defaults ({_bytes(cache)} block cache, partitioned "
         "index and filters) |",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -39,6 +40,31 @@ def _load() -> float | None:
         return None
 
 
+def _commit() -> str | None:
+    """The git commit of the code being measured (``+changes`` when the
+    tracked files differ from it), or ``None`` outside a git checkout: a
+    page says which code it measured."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if head.returncode:
+            return None
+        changes = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+changes" if changes.stdout.strip() else "")
+
+
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
@@ -57,6 +83,8 @@ class Machine:
     versions: tuple[tuple[str, str], ...]
     #: The 1-minute load average when the run started (other work on the machine).
     load: float | None
+    #: The git commit of the code measured (see :func:`_commit`).
+    commit: str | None = None
 
     @classmethod
     def current(cls) -> Machine:
@@ -68,6 +96,7 @@ class Machine:
             python=platform.python_version(),
             versions=tuple((p, _version(p)) for p in _PACKAGES),
             load=_load(),
+            commit=_commit(),
         )
 
 

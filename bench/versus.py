@@ -426,7 +426,8 @@ _HEADER = ["workload", "rows", "relstate", "baseline", "relstate rate", "speed-u
 def _machine(m: Machine) -> str:
     versions = ", ".join(f"{name} {version}" for name, version in m.versions)
     load = "" if m.load is None else f", load {m.load:.1f} at start"
-    return f"{m.cores} cores ({m.cpu}), Python {m.python}, {versions}{load}"
+    code = "" if m.commit is None else f"; code at commit {m.commit}"
+    return f"{m.cores} cores ({m.cpu}), Python {m.python}, {versions}{load}{code}"
 
 
 _WORK_HEADER = [

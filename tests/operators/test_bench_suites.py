@@ -136,6 +136,29 @@ class TestSuiteCommand:
         page = (tmp_path / "docs/bench/fake.md").read_text(encoding="utf-8")
         assert "load 0.5 at start" in page
 
+    def test_the_page_names_the_commit_measured(
+        self,
+        fake_suite: list[bool],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The page says which commit of the code it measured (this
+        checkout's HEAD, marked when tracked files differ from it), so a
+        page run from an old worktree cannot pass for the current code."""
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(runner.__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        commit = runner._commit()
+        assert commit is not None and commit.split("+")[0] == head
+        monkeypatch.chdir(tmp_path)
+        assert main(["bench", "--suite", "fake"]) == 0
+        page = (tmp_path / "docs/bench/fake.md").read_text(encoding="utf-8")
+        assert f"code at commit {commit}" in page
+
     def test_no_write_prints_only(
         self, fake_suite: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
