@@ -41,13 +41,13 @@ def _load() -> float | None:
 
 
 def _commit() -> str | None:
-    """The git commit of the code being measured (``+changes`` when the
-    tracked files differ from it), or ``None`` outside a git checkout: a
-    page says which code it measured."""
-    here = Path(__file__).resolve().parent
+    """The git commit of the code being measured (``+changes`` when tracked
+    files outside ``docs/``, where the pages go, differ from it), or
+    ``None`` outside a git checkout: a page says which code it measured."""
+    git = ["git", "-C", str(Path(__file__).resolve().parent.parent)]
     try:
         head = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            [*git, "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -55,7 +55,7 @@ def _commit() -> str | None:
         if head.returncode:
             return None
         changes = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
             capture_output=True,
             text=True,
             timeout=10,
