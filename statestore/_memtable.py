@@ -7,6 +7,7 @@ table writes them as they are and a strict-mode check compares bytes.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from collections.abc import Iterator, KeysView, Sequence
 from typing import NamedTuple
 
@@ -321,6 +322,26 @@ class MemTable:
         like the storage iterator)."""
         new = self._new
         return [(k, new[k]) for k in self._keys_in(lower, upper, reverse)]
+
+    def under_prefixes(self, prefixes: Sequence[bytes]) -> list[tuple[bytes, bytes | None]]:
+        """``(key, new row or None)`` of each touched key that starts with
+        one of ``prefixes`` (ascending, none the start of the next), in key
+        order: one binary search per prefix in the keys in order, for the
+        many prefixes of one scan (a range read each would walk the ordered
+        index once a prefix)."""
+        if not self._new or not prefixes:
+            return []
+        keys = sorted(self._new)  # in C, the batch writes' runs in order already
+        new = self._new
+        out: list[tuple[bytes, bytes | None]] = []
+        at, end = 0, len(keys)
+        for prefix in prefixes:
+            at = bisect_left(keys, prefix, at)
+            while at < end and keys[at].startswith(prefix):
+                key = keys[at]
+                out.append((key, new[key]))
+                at += 1
+        return out
 
     def entries(self) -> list[tuple[bytes, bytes | None, bool]]:
         """Every touched key with its row after the epoch and whether it

@@ -348,8 +348,7 @@ class StateTable:
             return self.rows.decode_batch(values)
         keys, values = self.values.read_prefixes(encoded)
         if self._mem:
-            mem_range = self._mem.range
-            pending = [op for p in encoded for op in mem_range(p, prefix_successor(p))]
+            pending = self._mem.under_prefixes(encoded)
             if pending:
                 values = _laid_over(zip(keys, values, strict=True), pending, False)
         return self.rows.decode_batch(values)

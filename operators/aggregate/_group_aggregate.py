@@ -48,7 +48,7 @@ from operators.aggregate._results import (
     Touched,
     finish_in_arrow,
     max_nan_greatest,
-    spark_order,
+    spark_above,
     stored_states,
 )
 from operators.errors import InputError
@@ -331,44 +331,35 @@ class GroupAggregate(Operator):
             span = rows.group_by(groups, use_threads=False).aggregate(spec)
             if floating:
                 span = max_nan_greatest(span, f"{value}_max", "__nan_any")
-            at = [
-                touched.index[k]
-                for k in key_tuples([span.column(g) for g in groups], span.num_rows)
-            ]
-            least, greatest = pylists([span.column(f"{value}_min"), span.column(f"{value}_max")])
-            spans.append((at, least, greatest))
+            at = touched.positions([span.column(g) for g in groups])
+            spans.append((at, span.column(f"{value}_min"), span.column(f"{value}_max")))
         (lost, lost_min, lost_max), (won, won_min, won_max) = spans
         # A group needs a scan only if it lost its extreme (or a value not
         # strictly beyond it): compare with the stored extreme, one multi-get.
         _, stored, _ = stored_states(ctx.table("results"), touched.folded, lost)
-        rescans: dict[int, list[int]] = {}
+        rescans: dict[int, Any] = {}
         for i, agg in enumerate(self.aggregates):
             if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
                 continue
-            is_min = agg.kind is Kind.MIN
-            extremes = pylists([stored.column(self.layout.accumulators[i].start)])[0]
-            candidates = zip(lost, extremes, lost_min, lost_max, strict=True)
-            rescans[i] = [
-                group
-                for group, current, low, high in candidates
-                if current is None
-                or not (
-                    spark_order(low) > spark_order(current)
-                    if is_min
-                    else spark_order(high) < spark_order(current)
-                )
-            ]
+            current = stored.column(self.layout.accumulators[i].start).combine_chunks()
+            beyond = (
+                spark_above(lost_min, current)
+                if agg.kind is Kind.MIN
+                else spark_above(current, lost_max)
+            )
+            kept = pc.fill_null(beyond, False).to_numpy(zero_copy_only=False)
+            rescans[i] = lost[~kept]
         # Every group that lost its extreme, read in one go: its first
         # (min) and last (max) value in key order.
-        needed = sorted({g for at in rescans.values() for g in at})
+        needed = sorted(set(np.concatenate([np.empty(0, np.int64), *rescans.values()]).tolist()))
         ends = self._ends(table, touched, needed)
         for i, at in rescans.items():
             is_min = self.aggregates[i].kind is Kind.MIN
-            rescanned = {g: ends.get(g, (None, None))[0 if is_min else 1] for g in at}
-            gained = dict(zip(won, won_min if is_min else won_max, strict=True))
+            rescanned = {g: ends.get(g, (None, None))[0 if is_min else 1] for g in at.tolist()}
+            won_values = pylists([won_min if is_min else won_max])[0]
             touched.extremes[i] = (
                 rescanned,
-                {g: v for g, v in gained.items() if g not in rescanned},
+                {g: v for g, v in zip(won.tolist(), won_values, strict=True) if g not in rescanned},
             )
 
     def _ends(self, table: StateTable, touched: Touched, groups: list[int]) -> dict[int, Row]:
@@ -424,13 +415,12 @@ class GroupAggregate(Operator):
             pc.cast(pc.greater(after, 0), pa.int64()), pc.cast(pc.greater(before, 0), pa.int64())
         )
         moved = pc.not_equal(step, 0)
-        groups = key_tuples(
-            rows.filter(moved).columns[: self.layout.keys], pc.sum(moved).as_py() or 0
-        )
-        change: dict[int, int] = {}
-        for key, delta in zip(groups, step.filter(moved).to_pylist(), strict=True):
-            group = touched.index[key]
-            change[group] = change.get(group, 0) + delta
+        groups = touched.positions(rows.filter(moved).columns[: self.layout.keys])
+        up = step.filter(moved).to_numpy(zero_copy_only=False) > 0
+        n = touched.folded.num_rows
+        net = np.bincount(groups[up], minlength=n) - np.bincount(groups[~up], minlength=n)
+        changed = np.flatnonzero(net)
+        change = dict(zip(changed.tolist(), net[changed].tolist(), strict=True))
         for i, agg in enumerate(self.aggregates):
             if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
                 touched.distinct[i] = change

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import Row
+from encoding import Row, arrow_equal
 from operators._api.changelog import RowKind
 from operators._api.operator import OperatorContext
 from operators._api.relational import aligned, key_tuples, pylists, report_unheld
@@ -32,6 +32,7 @@ __all__ = [
     "Touched",
     "finish_in_arrow",
     "max_nan_greatest",
+    "spark_above",
     "spark_order",
     "special_value",
     "stored_states",
@@ -62,6 +63,19 @@ class Touched:
     def index(self) -> dict[Row, int]:
         """Group key -> group index."""
         return {k: i for i, k in enumerate(self.keys)}
+
+    def positions(self, columns: Sequence[pa.Array | pa.ChunkedArray]) -> Any:
+        """The group index of each row of ``columns`` (the group key columns
+        of rows whose groups are all touched), as a numpy array: one Arrow
+        hash lookup where the key is one column that Arrow compares as its
+        key bytes do, else a lookup per row in :attr:`index`."""
+        if len(columns) == 1 and arrow_equal(columns[0].type):
+            groups = self.folded.column(self._groups[0])
+            at = pc.index_in(columns[0], value_set=groups, skip_nulls=False)
+            return np.asarray(at.to_numpy(zero_copy_only=False), np.int64)
+        rows = len(columns[0]) if columns else 0
+        index = self.index
+        return np.fromiter((index[k] for k in key_tuples(columns, rows)), np.int64, rows)
 
     def column(self, name: str) -> list[Any]:
         """A folded column as a Python list."""
@@ -248,6 +262,16 @@ def max_nan_greatest(table: pa.Table, value: str, flag: str) -> pa.Table:
     fixed = pc.if_else(nan, pa.scalar(float("nan"), column.type), column)
     where = table.column_names.index(value)
     return table.set_column(where, value, fixed).drop_columns([flag])
+
+
+def spark_above(a: pa.Array, b: pa.Array) -> pa.Array:
+    """Element-wise ``a > b`` of non-null values in Spark's order (NaN above
+    every number and equal to itself, -0.0 equal to 0.0): Arrow's ``>``,
+    with NaN over a number added for floats."""
+    above = pc.greater(a, b)
+    if not pa.types.is_floating(a.type):
+        return above
+    return pc.or_(above, pc.and_(pc.is_nan(a), pc.invert(pc.is_nan(b))))
 
 
 def spark_order(value: Any) -> tuple[bool, Any]:

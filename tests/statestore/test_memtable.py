@@ -84,6 +84,24 @@ class TestMemTable:
         mem.delete(b"c", b"c")
         assert [k for k, _ in mem.range(b"", None)] == [b"a", b"b", b"d", b"e"]
 
+    def test_under_prefixes_is_each_prefix_range_in_order(self) -> None:
+        """under_prefixes() gives the operations under any of the (ascending,
+        disjoint) prefixes in key order, deletes as ``None``: what one range
+        per prefix gives, concatenated."""
+        mem = MemTable()
+        for k in (b"ba", b"a1", b"c", b"b", b"a2", b"bz", b"d"):
+            mem.insert(k, k)
+        mem.insert(b"aa", b"x")
+        mem.delete(b"aa", b"x")  # an insert then a delete is nothing
+        mem.delete(b"e", b"old")  # a delete of a stored row
+        prefixes = [b"a", b"b", b"e", b"f"]
+        expected = [op for p in prefixes for op in mem.range(p, p + b"\xff")]
+        got = mem.under_prefixes(prefixes)
+        assert got == expected
+        assert [k for k, _ in got] == [b"a1", b"a2", b"b", b"ba", b"bz", b"e"]
+        assert dict(got)[b"e"] is None
+        assert mem.under_prefixes([]) == [] and MemTable().under_prefixes([b"a"]) == []
+
     def test_drop_range(self) -> None:
         """drop_range removes and returns the operations in [lower, upper)."""
         mem = MemTable()
