@@ -18,11 +18,12 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from encoding import Row
-from operators._api.changelog import ROW_KIND, row_kinds
+from operators._api.changelog import ROW_KIND, RowKind, row_kinds
 
 __all__ = [
     "FinalTable",
@@ -143,9 +144,19 @@ def read_debezium(directory: Path, names: Sequence[str]) -> FinalTable:
     return _settled(table)
 
 
-def final_table(batches: Iterable[pa.RecordBatch | pa.Table], names: Sequence[str]) -> FinalTable:
+def final_table(
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    names: Sequence[str],
+    upsert_key: Sequence[str] = (),
+) -> FinalTable:
     """The final table of the changelog ``batches`` (columns ``names``, and
-    the row-kind column, or none for inserts), applied in order."""
+    the row-kind column, or none for inserts), applied in order. With an
+    ``upsert_key`` (columns of ``names``) the batches are an upsert
+    changelog keyed by it, as an operator writes one without ``-U`` rows:
+    each key's last ``+I`` or ``+U`` row stands until a ``-D``, and a
+    ``-U`` changes nothing."""
+    if upsert_key:
+        return _upserted(batches, names, [list(names).index(k) for k in upsert_key])
     table: FinalTable = Counter()
     for batch in batches:
         if batch.num_rows == 0:
@@ -154,6 +165,24 @@ def final_table(batches: Iterable[pa.RecordBatch | pa.Table], names: Sequence[st
         for kind, row in zip(row_kinds(batch), zip(*columns, strict=True), strict=True):
             table[row] += 1 if kind.is_accumulate else -1
     return _settled(table)
+
+
+def _upserted(
+    batches: Iterable[pa.RecordBatch | pa.Table], names: Sequence[str], key: Sequence[int]
+) -> FinalTable:
+    """:func:`final_table` of an upsert changelog keyed by the columns at ``key``."""
+    rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        columns = [batch.column(n).to_pylist() for n in names]
+        for kind, row in zip(row_kinds(batch), zip(*columns, strict=True), strict=True):
+            at = tuple(row[i] for i in key)
+            if kind is RowKind.DELETE:
+                rows.pop(at, None)
+            elif kind is not RowKind.UPDATE_BEFORE:
+                rows[at] = row
+    return Counter(rows.values())
 
 
 def _settled(table: FinalTable) -> FinalTable:

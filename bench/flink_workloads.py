@@ -104,6 +104,11 @@ class Workload:
     #: The same operator on plain Python dicts, where a suite has one (the
     #: join suite's ``DictJoin``): its seconds over ``micro``.
     in_dicts: Callable[[], float] | None = None
+    #: Where relstate's operator writes an upsert changelog keyed by these
+    #: columns, without ``-U`` rows, as Flink's does into the ``blackhole``
+    #: (its planner leaves out UPDATE_BEFORE where the sink takes none):
+    #: its output is applied as one (``final_table``).
+    upsert_key: tuple[str, ...] = ()
 
     def scan(self) -> str:
         """Flink's query that reads the inputs and does nothing else."""
@@ -216,7 +221,7 @@ def _on_changes(rows: int, seed: int) -> list[Workload]:
         Aggregate.max("v", "max_v"),
         Aggregate.count_distinct("v", "distinct_v"),
     ]
-    group = GroupAggregate(APPEND, ["k"], aggregates)
+    group = GroupAggregate(APPEND, ["k"], aggregates, update_before=False)
     changes_in = FlinkInput("agg_src", APPEND, stream)
     topn_in = FlinkInput("topn_src", APPEND, stream)
     top = TopN(APPEND, [KeyColumn("v", Direction.DESC), "id"], TOP, ["k"])
@@ -226,13 +231,14 @@ def _on_changes(rows: int, seed: int) -> list[Workload]:
             "aggregate",
             "group aggregate: count(*), sum, min, max, count(distinct) of v by k",
             total,
-            lambda: GroupAggregate(APPEND, ["k"], aggregates),
+            lambda: GroupAggregate(APPEND, ["k"], aggregates, update_before=False),
             _whole(stream),
             (changes_in,),
             f"SELECT k, COUNT(*), SUM(v), MIN(v), MAX(v), COUNT(DISTINCT v) FROM "
             f"{changes_in.name} GROUP BY k",
             group.output,
             mini_batch=True,
+            upsert_key=("k",),
         ),
         Workload(
             "topn",
@@ -261,13 +267,14 @@ def _dedups(rows: int, seed: int) -> list[Workload]:
                 f"dedup_{keep}",
                 f"deduplication on processing time, keep {keep}, over an append stream",
                 rows,
-                partial(Deduplicate, APPEND, ["k"], keep=keep, generate_update_before=True),
+                partial(Deduplicate, APPEND, ["k"], keep=keep),
                 _whole(appended),
                 (source,),
                 f"SELECT k, v, id FROM (SELECT k, v, id, ROW_NUMBER() OVER (PARTITION BY k "
                 f"ORDER BY pt {order}) AS rn FROM {source.name}) WHERE rn = 1",
                 APPEND,
                 mini_batch=True,
+                upsert_key=("k",) if keep == "last" else (),
             )
         )
     return dedup

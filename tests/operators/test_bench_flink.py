@@ -28,7 +28,7 @@ from bench.flink import cpu_seconds
 from bench.flink_workloads import workloads
 from bench.suite_flink import Measured, Rounds, _relstate, summarise
 from bench.versus import Comparison, SuiteResult, markdown
-from operators._api.changelog import ROW_KIND
+from operators._api.changelog import ROW_KIND, RowKind, row_kinds
 from statestore import StateTable
 
 
@@ -58,6 +58,19 @@ class TestDebezium:
         expected = Counter({(1, "b"): 1, (3, None): 1, (None, "z"): 1})
         assert final_table(batches, ["k", "s"]) == expected
         assert read_debezium(path.parent, ["k", "s"]) == expected
+
+    def test_an_upsert_changelog_leaves_each_keys_last_row(self) -> None:
+        """Applied with an upsert key, a changelog without -U rows leaves
+        each key's last +I or +U row, gone after a -D; a -U changes nothing."""
+        batches = [
+            _changelog([(1, "a", "+I"), (2, "b", "+I"), (3, "c", "+I")]),
+            _changelog([(1, "a2", "+U"), (2, "b", "-D"), (3, "c", "-U"), (3, "c2", "+U")]),
+            _changelog([(1, "a3", "+U"), (2, "b2", "+I")]),
+        ]
+        expected = Counter({(1, "a3"): 1, (2, "b2"): 1, (3, "c2"): 1})
+        assert final_table(batches, ["k", "s"], upsert_key=["k"]) == expected
+        # The same batches as a changelog of rows would not apply: +U adds.
+        assert final_table(batches, ["k", "s"]) != expected
 
     def test_an_update_without_its_pair_is_refused(self, tmp_path: Path) -> None:
         """Debezium has no event for a lone -U: writing one fails, naming it."""
@@ -208,13 +221,16 @@ class TestWorkloads:
         self, tmp_path: Path
     ) -> None:
         """relstate's output of the aggregate workload (the Arrow batches of
-        its input batches and of its commits, where it emits), applied, is
-        the aggregate of the rows its changelog leaves live: what Flink's
-        must match."""
+        its input batches and of its commits, where it emits), applied as
+        an upsert changelog keyed by the group (it writes no -U, as Flink's
+        into a blackhole), is the aggregate of the rows its changelog leaves
+        live: what Flink's must match."""
         work = next(w for w in workloads(2_000) if w.name == "aggregate")
         kept: list[pa.RecordBatch] = []
         _relstate(work, tmp_path / "run", kept)
-        mine = final_table(kept, work.output.names)
+        assert work.upsert_key == ("k",)
+        assert not any(RowKind.UPDATE_BEFORE in row_kinds(b) for b in kept if b.num_rows)
+        mine = final_table(kept, work.output.names, work.upsert_key)
         live = final_table(work.inputs[0].tables, ["k", "v", "id"])
         groups: dict[int, list[int]] = {}
         for (k, v, _), n in live.items():
@@ -223,6 +239,20 @@ class TestWorkloads:
             {(k, len(vs), sum(vs), min(vs), max(vs), len(set(vs))): 1 for k, vs in groups.items()}
         )
         assert +mine == expected
+
+    def test_relstates_dedup_last_leaves_each_keys_last_row(self, tmp_path: Path) -> None:
+        """relstate's output of the keep-last workload has no -U, and
+        applied as an upsert changelog keyed by k it is each key's last
+        row of the append stream."""
+        work = next(w for w in workloads(2_000) if w.name == "dedup_last")
+        kept: list[pa.RecordBatch] = []
+        _relstate(work, tmp_path / "run", kept)
+        assert not any(RowKind.UPDATE_BEFORE in row_kinds(b) for b in kept if b.num_rows)
+        last: dict[int, tuple[int, int, int]] = {}
+        for table in work.inputs[0].tables:
+            for row in zip(*(table.column(n).to_pylist() for n in ("k", "v", "id")), strict=True):
+                last[row[0]] = row
+        assert final_table(kept, work.output.names, work.upsert_key) == Counter(last.values())
 
 
 class TestPage:
