@@ -284,6 +284,30 @@ class TestPage:
         assert "2.00 s, 3.00 s, 2.50 s" in page and "load average at round 1" in page
         assert "3.20x" in page and "not met" in page
         assert "| aggregate | 1.00 | 4.50 | 1.50 | 4.50x | 1.50x |" in page
+        # The heap goal (0.6x) is not met: 1.00 / 0.6 allows 1.67 a row, of
+        # which RocksDB took 0.25.
+        assert "allows relstate 1.67 µs a row" in page
+        assert "alone took 0.25, which leaves 1.42 for everything else" in page
+
+    def test_a_heap_goal_below_relstates_rocksdb_time_says_so(self) -> None:
+        """Where relstate's calls into RocksDB alone take longer than a heap
+        goal allows, the page says no faster Python meets it; a goal met
+        has no such line."""
+        chosen = {(n, b): b for n in ("aggregate", "topn") for b in ("RocksDB", "heap")}
+
+        def measured(name: str, relstate: float) -> Measured:
+            rounds = Rounds(
+                relstate=[relstate], query={"RocksDB": [30.0], "heap": [3.0]}, scan=[1.0]
+            )
+            split = (relstate, {p: 4.0 if p == phases.ROCKSDB else 0.5 for p in phases.PHASES})
+            return Measured(name, name, 1_000_000, rounds, chosen, split, 0.5)
+
+        page = markdown(summarise([measured("aggregate", 9.0), measured("topn", 3.0)], 0, 3, 1, []))
+        assert (
+            "- `aggregate`: 0.6x Flink's heap time (2.00 µs a row) allows relstate 3.33 µs a "
+            "row; its calls into RocksDB alone took 4.00, more than the goal allows" in page
+        )
+        assert "- `topn`: 0.6x" not in page
 
     def test_a_join_shows_its_plain_dict_operator_over_the_rounds(self) -> None:
         """A workload with a plain-dict operator (the joins) shows its median
