@@ -22,6 +22,7 @@ __all__ = [
     "Pending",
     "add_counts",
     "aligned",
+    "ascending",
     "cast_column",
     "check_names",
     "counted_rows",
@@ -140,6 +141,16 @@ def net_changes(
         table = table.filter(keep)
     net = table.group_by(keys, use_threads=False).aggregate([("__s", "sum")])
     return net.filter(pc.not_equal(net.column("__s_sum"), 0)).select([*keys, "__s_sum"])
+
+
+def ascending(net: pa.Table) -> pa.Table:
+    """:func:`net_changes` sorted by its key columns, each ascending with
+    nulls first: the order of their encoded keys where the state table's
+    key columns are plain ascending ones, so that the multi-get of
+    :func:`add_counts` needs no sort of its own (where the orders differ,
+    it sorts as before)."""
+    keys = [(name, "ascending", "at_start") for name in net.column_names[:-1]]
+    return net.sort_by(keys) if net.num_rows > 1 else net
 
 
 def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:

@@ -32,6 +32,7 @@ from operators._api.operator import Operator, OperatorContext
 from operators._api.relational import (
     Pending,
     add_counts,
+    ascending,
     check_names,
     key_tuples,
     net_changes,
@@ -315,7 +316,7 @@ class GroupAggregate(Operator):
             batch.column(column),
             *(batch.column(n) for n in identity),
         ]
-        net = net_changes(arrays, sign, pc.is_valid(batch.column(column)))
+        net = ascending(net_changes(arrays, sign, pc.is_valid(batch.column(column))))
         self._write_counts(ctx, table, net)
         # Per group, the least and greatest value it lost and gained.
         groups = [f"__k{j}" for j in range(self.layout.keys)]
@@ -407,7 +408,7 @@ class GroupAggregate(Operator):
         value whose count leaves zero adds one to its group's distinct count,
         one whose count returns to zero takes one away."""
         arrays = [*(batch.column(k) for k in self.key_columns), batch.column(column)]
-        net = net_changes(arrays, sign, pc.is_valid(batch.column(column)))
+        net = ascending(net_changes(arrays, sign, pc.is_valid(batch.column(column))))
         rows = pa.table(net.columns[:-1], names=table.schema.columns.names[:-1])
         before, after = add_counts(table, rows, net.column("__s_sum"))
         # +1 where a value's count leaves zero, -1 where it returns to it.
