@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from encoding import KeyColumn, Row, TableSchema, key_equal_values
+from encoding import KeyColumn, TableSchema, key_equal_values
 from operators._api.changelog import non_inserts
 from operators._api.operator import Operator, OperatorContext
 from operators._api.relational import (
@@ -34,11 +34,9 @@ from operators._api.relational import (
     add_counts,
     ascending,
     check_names,
-    key_tuples,
     net_changes,
     pylists,
     report_unheld,
-    run_starts,
     signs,
 )
 from operators.aggregate._functions import Aggregate, Kind
@@ -317,7 +315,6 @@ class GroupAggregate(Operator):
             *(batch.column(n) for n in identity),
         ]
         net = ascending(net_changes(arrays, sign, pc.is_valid(batch.column(column))))
-        self._write_counts(ctx, table, net)
         # Per group, the least and greatest value it lost and gained.
         groups = [f"__k{j}" for j in range(self.layout.keys)]
         value = f"__k{self.layout.keys}"
@@ -350,10 +347,11 @@ class GroupAggregate(Operator):
             )
             kept = pc.fill_null(beyond, False).to_numpy(zero_copy_only=False)
             rescans[i] = lost[~kept]
-        # Every group that lost its extreme, read in one go: its first
-        # (min) and last (max) value in key order.
+        # Every group that lost its extreme, read in one go before the
+        # batch is written: its least and greatest value once it is.
         needed = sorted(set(np.concatenate([np.empty(0, np.int64), *rescans.values()]).tolist()))
-        ends = self._ends(table, touched, needed)
+        ends = self._ends(table, touched, needed, net)
+        self._write_counts(ctx, table, net)
         for i, at in rescans.items():
             is_min = self.aggregates[i].kind is Kind.MIN
             rescanned = {g: ends.get(g, (None, None))[0 if is_min else 1] for g in at.tolist()}
@@ -363,29 +361,41 @@ class GroupAggregate(Operator):
                 {g: v for g, v in zip(won.tolist(), won_values, strict=True) if g not in rescanned},
             )
 
-    def _ends(self, table: StateTable, touched: Touched, groups: list[int]) -> dict[int, Row]:
-        """Of each of ``groups`` (indices of touched groups) that holds a
-        value in ``table`` (a min / max column's materialized input): its
-        first and last value in key order, from one read of their rows."""
+    def _ends(
+        self, table: StateTable, touched: Touched, groups: list[int], net: pa.Table
+    ) -> dict[int, tuple[Any, Any]]:
+        """Of each of ``groups`` (indices of touched groups) left holding a
+        value in ``table`` (a min / max column's materialized input) once
+        the batch's ``net`` changes apply: its least and greatest value.
+        One read of the groups' rows before the batch is written (so none
+        of its writes is merged over the read), and the changes added to
+        them in Arrow: a row stays while its count is above zero, as
+        :meth:`_write_counts` keeps it."""
         if not groups:
             return {}
-        rows = table.scan_prefixes([touched.keys[g] for g in groups])
-        if not rows.num_rows:
-            return {}
-        starts = np.flatnonzero(run_starts(rows.columns[: self.layout.keys], rows.num_rows))
-        last = np.append(starts[1:], rows.num_rows) - 1
-        values = rows.column(self.layout.keys)
-        first_values, last_values = pylists(
-            [values.take(pa.array(starts)), values.take(pa.array(last))]
+        k = self.layout.keys
+        names = net.column_names
+        stored = table.scan_prefixes([touched.keys[g] for g in groups])
+        wanted = np.zeros(touched.folded.num_rows, dtype=bool)
+        wanted[groups] = True
+        changes = net.filter(pa.array(wanted[touched.positions(net.columns[:k])]))
+        rows = pa.concat_tables(
+            [pa.table(stored.columns, names=names), pa.table(changes.columns, names=names)]
         )
-        keys = key_tuples(
-            [c.take(pa.array(starts)) for c in rows.columns[: self.layout.keys]], len(starts)
-        )
-        index = touched.index
-        return {
-            index[k]: (low, high)
-            for k, low, high in zip(keys, first_values, last_values, strict=True)
-        }
+        counted = rows.group_by(names[:-1], use_threads=False).aggregate([(names[-1], "sum")])
+        alive = counted.filter(pc.greater(counted.column(f"{names[-1]}_sum"), 0))
+        value = names[k]
+        spec = [(value, "min"), (value, "max")]
+        floating = pa.types.is_floating(alive.column(value).type)
+        if floating:
+            alive = alive.append_column("__nan", pc.is_nan(alive.column(value)))
+            spec.append(("__nan", "any"))
+        ends = alive.group_by(names[:k], use_threads=False).aggregate(spec)
+        if floating:
+            ends = max_nan_greatest(ends, f"{value}_max", "__nan_any")
+        at = touched.positions([ends.column(g) for g in names[:k]])
+        low, high = pylists([ends.column(f"{value}_min"), ends.column(f"{value}_max")])
+        return dict(zip(at.tolist(), zip(low, high, strict=True), strict=True))
 
     def _write_counts(self, ctx: OperatorContext, table: StateTable, net: pa.Table) -> None:
         """Add a batch's net changes (key columns, then ``__s_sum``) to a
