@@ -13,7 +13,13 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
+from encoding import prefix_successor
+
 __all__ = ["UNTOUCHED", "KeyOp", "MemTable", "OpKind"]
+
+#: :meth:`MemTable.under_prefixes` reads a range per prefix when the touched
+#: keys are more than this many times the prefixes, else sorts them once.
+_SORT_PER_PREFIX = 32
 
 #: What :meth:`MemTable.lookup` returns for a key the epoch has not touched.
 UNTOUCHED: object = object()
@@ -326,11 +332,13 @@ class MemTable:
     def under_prefixes(self, prefixes: Sequence[bytes]) -> list[tuple[bytes, bytes | None]]:
         """``(key, new row or None)`` of each touched key that starts with
         one of ``prefixes`` (ascending, none the start of the next), in key
-        order: one binary search per prefix in the keys in order, for the
-        many prefixes of one scan (a range read each would walk the ordered
-        index once a prefix)."""
+        order. Few prefixes of many keys: a range read each. Many: the keys
+        sorted once and a binary search per prefix, where a range read each
+        would walk the ordered index once a prefix."""
         if not self._new or not prefixes:
             return []
+        if len(prefixes) * _SORT_PER_PREFIX < len(self._new):
+            return [op for p in prefixes for op in self.range(p, prefix_successor(p))]
         keys = sorted(self._new)  # in C, the batch writes' runs in order already
         new = self._new
         out: list[tuple[bytes, bytes | None]] = []

@@ -147,8 +147,9 @@ def ascending(net: pa.Table) -> pa.Table:
     """:func:`net_changes` sorted by its key columns, each ascending with
     nulls first: the order of their encoded keys where the state table's
     key columns are plain ascending ones, so that the multi-get of
-    :func:`add_counts` needs no sort of its own (where the orders differ,
-    it sorts as before)."""
+    :func:`add_counts` needs no sort of its own. Where the orders differ
+    (a float column with NaN, which Arrow puts first and the encoding
+    last; a descending key column), the multi-get sorts as before."""
     keys = [(name, "ascending", "at_start") for name in net.column_names[:-1]]
     return net.sort_by(keys) if net.num_rows > 1 else net
 

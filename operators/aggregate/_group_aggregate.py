@@ -8,7 +8,7 @@ State (docs/operators/aggregate.md):
 - ``extremes_<col>`` (changelog input only): the rows' non-null values of a
   ``min`` / ``max`` column, keyed ``(group, value, row identity)`` with a
   multiplicity, RisingWave's materialized input: when the current min is
-  retracted, the next one is the first row of the group's prefix;
+  retracted, the next one is the least value left among the group's rows;
 - ``distinct_<col>``: ``(group, value) -> count`` for ``count(distinct)``.
 
 A batch is folded first: every aggregate but a custom one is a sum of signed
@@ -304,10 +304,11 @@ class GroupAggregate(Operator):
         column: str,
         touched: Touched,
     ) -> None:
-        """Apply the batch to a min / max column's materialized input, then
-        find the new extreme of each group it changed: the batch's new values
-        against the stored one, or, after a retraction, the group's first
-        (min) or last (max) value in the table."""
+        """Find the new extreme of each group the batch changed, then apply
+        the batch to the min / max column's materialized input: the batch's
+        new values against the stored extreme, or, for a group that lost
+        it, the least (min) or greatest (max) value of its rows once the
+        batch applies (:meth:`_ends`)."""
         identity = self._identity[column]
         arrays = [
             *(batch.column(k) for k in self.key_columns),

@@ -242,7 +242,13 @@ def _zeroed(column: pa.ChunkedArray) -> pa.ChunkedArray:
 def _extreme(how: str, a: Any, b: Any) -> Any:
     """The element-wise min (or max) of two columns, nulls left out, NaN
     above every value (Spark's order; Arrow's kernels skip NaN, which gives
-    the min but not the max)."""
+    the min but not the max). Booleans and zoned timestamps, which Arrow's
+    element-wise kernels do not take, are worked as their integers, which
+    order alike."""
+    typ = a.type
+    if pa.types.is_boolean(typ) or (pa.types.is_timestamp(typ) and typ.tz is not None):
+        whole = pa.int8() if pa.types.is_boolean(typ) else pa.int64()
+        return pc.cast(_extreme(how, pc.cast(a, whole), pc.cast(b, whole)), typ)
     if how == "min":
         return pc.min_element_wise(a, b, skip_nulls=True)
     out = pc.max_element_wise(a, b, skip_nulls=True)

@@ -101,6 +101,12 @@ class TestMemTable:
         assert [k for k, _ in got] == [b"a1", b"a2", b"b", b"ba", b"bz", b"e"]
         assert dict(got)[b"e"] is None
         assert mem.under_prefixes([]) == [] and MemTable().under_prefixes([b"a"]) == []
+        # Few prefixes of many keys take a range read each: the same answer.
+        for i in range(200):
+            mem.insert(b"c%03d" % i, b"v")
+        few = [b"a", b"c01"]
+        assert mem.under_prefixes(few) == [op for p in few for op in mem.range(p, p + b"\xff")]
+        assert len(mem.under_prefixes(few)) == 2 + 10
 
     def test_drop_range(self) -> None:
         """drop_range removes and returns the operations in [lower, upper)."""

@@ -114,6 +114,35 @@ class TestRetractionEdges:
             (UB, ("a", 2, 1)),
         ]
 
+    @pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+    def test_min_max_of_booleans_and_zoned_timestamps(self, backend: str, tmp_path: Path) -> None:
+        """min / max over a changelog of a boolean and a zoned timestamp
+        column (types Arrow's element-wise min / max do not take) gain and
+        lose their extremes as any other type, the zone kept."""
+        utc = pa.timestamp("us", tz="UTC")
+        schema = pa.schema([("g", pa.string()), ("b", pa.bool_()), ("t", utc), ("id", pa.int64())])
+        aggregates = [Aggregate.min("b", "min_b"), Aggregate.max("b", "max_b")]
+        aggregates += [Aggregate.min("t", "min_t"), Aggregate.max("t", "max_t")]
+        operator = GroupAggregate(schema, ["g"], aggregates)
+        assert operator.output.field("max_t").type == utc
+        h = OperatorHarness(operator, backend=backend, path=tmp_path / "h")
+        try:
+            t = [pa.scalar(s, utc).as_py() for s in (1_000, 2_000, 3_000)]
+            assert step(h, [("a", True, t[1], 1)]) == [(INS, ("a", True, True, t[1], t[1]))]
+            out = step(h, [("a", False, t[0], 2), ("a", True, t[2], 3)])
+            assert out == [
+                (UB, ("a", True, True, t[1], t[1])),
+                (UA, ("a", False, True, t[0], t[2])),
+            ]
+            # The rows holding min_b, min_t and max_t go: the next ones come.
+            out = step(h, [("a", False, t[0], 2), ("a", True, t[2], 3)], kinds=[DEL, DEL])
+            assert out == [
+                (UB, ("a", False, True, t[0], t[2])),
+                (UA, ("a", True, True, t[1], t[1])),
+            ]
+        finally:
+            h.close()
+
 
 class TestFoldAndNulls:
     def test_no_output_when_batch_leaves_result(self, make: Callable[..., OperatorHarness]) -> None:
