@@ -107,6 +107,12 @@ class GroupAggregate(Operator):
                 "constant column)"
             )
         check_names(schema, group_by, "group_by")
+        untyped = [k for k in group_by if pa.types.is_null(schema.field(k).type)]
+        if untyped:
+            raise InputError(
+                f"group_by columns {untyped} are of Arrow's null type: every group key "
+                "would be null; give the column the type of the values it will hold"
+            )
         if not aggregates:
             raise InputError("give at least one aggregate")
         names = [*group_by, *(a.name for a in aggregates)]

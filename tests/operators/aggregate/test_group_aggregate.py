@@ -360,10 +360,14 @@ class TestDeclaration:
         assert Aggregate.sum("v", "total").name == "total"
 
     def test_bad_declarations(self) -> None:
-        """Unknown columns, duplicate outputs and sums of strings are refused."""
+        """Unknown columns, duplicate outputs, sums of strings and a group
+        key column of Arrow's null type are refused."""
         with pytest.raises(ValueError, match="not in the input"):
             GroupAggregate(SCHEMA, ["nope"], [Aggregate.count()])
         with pytest.raises(ValueError, match="twice"):
             GroupAggregate(SCHEMA, ["g"], [Aggregate.count(), Aggregate.count()])
         with pytest.raises(ValueError, match="integer or float"):
             GroupAggregate(SCHEMA, ["v"], [Aggregate.sum("g")])
+        untyped = pa.schema([("g", pa.null()), ("v", pa.int64())])
+        with pytest.raises(InputError, match="null type"):
+            GroupAggregate(untyped, ["g"], [Aggregate.count()])
