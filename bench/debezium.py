@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,33 +156,29 @@ def final_table(
     each key's last ``+I`` or ``+U`` row stands until a ``-D``, and a
     ``-U`` changes nothing."""
     if upsert_key:
-        return _upserted(batches, names, [list(names).index(k) for k in upsert_key])
-    table: FinalTable = Counter()
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        columns = [batch.column(n).to_pylist() for n in names]
-        for kind, row in zip(row_kinds(batch), zip(*columns, strict=True), strict=True):
-            table[row] += 1 if kind.is_accumulate else -1
-    return _settled(table)
-
-
-def _upserted(
-    batches: Iterable[pa.RecordBatch | pa.Table], names: Sequence[str], key: Sequence[int]
-) -> FinalTable:
-    """:func:`final_table` of an upsert changelog keyed by the columns at ``key``."""
-    rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        columns = [batch.column(n).to_pylist() for n in names]
-        for kind, row in zip(row_kinds(batch), zip(*columns, strict=True), strict=True):
+        key = [list(names).index(k) for k in upsert_key]
+        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for kind, row in _changes(batches, names):
             at = tuple(row[i] for i in key)
             if kind is RowKind.DELETE:
                 rows.pop(at, None)
             elif kind is not RowKind.UPDATE_BEFORE:
                 rows[at] = row
-    return Counter(rows.values())
+        return Counter(rows.values())
+    table: FinalTable = Counter()
+    for kind, row in _changes(batches, names):
+        table[row] += 1 if kind.is_accumulate else -1
+    return _settled(table)
+
+
+def _changes(
+    batches: Iterable[pa.RecordBatch | pa.Table], names: Sequence[str]
+) -> Iterator[tuple[RowKind, Row]]:
+    """Each row of ``batches`` in order, as its kind and its values of ``names``."""
+    for batch in batches:
+        if batch.num_rows:
+            columns = [batch.column(n).to_pylist() for n in names]
+            yield from zip(row_kinds(batch), zip(*columns, strict=True), strict=True)
 
 
 def _settled(table: FinalTable) -> FinalTable:

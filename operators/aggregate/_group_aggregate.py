@@ -327,15 +327,8 @@ class GroupAggregate(Operator):
         value = f"__k{self.layout.keys}"
         delta = net.column("__s_sum")
         spans = []
-        floating = pa.types.is_floating(net.column(value).type)
         for rows in (net.filter(pc.less(delta, 0)), net.filter(pc.greater(delta, 0))):
-            spec = [(value, "min"), (value, "max")]
-            if floating:
-                rows = rows.append_column("__nan", pc.is_nan(rows.column(value)))
-                spec.append(("__nan", "any"))
-            span = rows.group_by(groups, use_threads=False).aggregate(spec)
-            if floating:
-                span = max_nan_greatest(span, f"{value}_max", "__nan_any")
+            span = _spans(rows, groups, value)
             at = touched.positions([span.column(g) for g in groups])
             spans.append((at, span.column(f"{value}_min"), span.column(f"{value}_max")))
         (lost, lost_min, lost_max), (won, won_min, won_max) = spans
@@ -356,7 +349,7 @@ class GroupAggregate(Operator):
             rescans[i] = lost[~kept]
         # Every group that lost its extreme, read in one go before the
         # batch is written: its least and greatest value once it is.
-        needed = sorted(set(np.concatenate([np.empty(0, np.int64), *rescans.values()]).tolist()))
+        needed = np.unique(np.concatenate([np.empty(0, np.int64), *rescans.values()])).tolist()
         ends = self._ends(table, touched, needed, net)
         self._write_counts(ctx, table, net)
         for i, at in rescans.items():
@@ -392,14 +385,7 @@ class GroupAggregate(Operator):
         counted = rows.group_by(names[:-1], use_threads=False).aggregate([(names[-1], "sum")])
         alive = counted.filter(pc.greater(counted.column(f"{names[-1]}_sum"), 0))
         value = names[k]
-        spec = [(value, "min"), (value, "max")]
-        floating = pa.types.is_floating(alive.column(value).type)
-        if floating:
-            alive = alive.append_column("__nan", pc.is_nan(alive.column(value)))
-            spec.append(("__nan", "any"))
-        ends = alive.group_by(names[:k], use_threads=False).aggregate(spec)
-        if floating:
-            ends = max_nan_greatest(ends, f"{value}_max", "__nan_any")
+        ends = _spans(alive, names[:k], value)
         at = touched.positions([ends.column(g) for g in names[:k]])
         low, high = pylists([ends.column(f"{value}_min"), ends.column(f"{value}_max")])
         return dict(zip(at.tolist(), zip(low, high, strict=True), strict=True))
@@ -436,12 +422,25 @@ class GroupAggregate(Operator):
         groups = touched.positions(rows.filter(moved).columns[: self.layout.keys])
         up = step.filter(moved).to_numpy(zero_copy_only=False) > 0
         n = touched.folded.num_rows
-        net = np.bincount(groups[up], minlength=n) - np.bincount(groups[~up], minlength=n)
-        changed = np.flatnonzero(net)
-        change = dict(zip(changed.tolist(), net[changed].tolist(), strict=True))
+        steps = np.bincount(groups[up], minlength=n) - np.bincount(groups[~up], minlength=n)
+        changed = np.flatnonzero(steps)
+        change = dict(zip(changed.tolist(), steps[changed].tolist(), strict=True))
         for i, agg in enumerate(self.aggregates):
             if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
                 touched.distinct[i] = change
+
+
+def _spans(rows: pa.Table, groups: Sequence[str], value: str) -> pa.Table:
+    """Per group of ``rows`` (its key columns ``groups``): the least and the
+    greatest of its column ``value`` (``<value>_min``, ``<value>_max``), in
+    Spark's order: NaN above every number."""
+    spec = [(value, "min"), (value, "max")]
+    floating = pa.types.is_floating(rows.column(value).type)
+    if floating:
+        rows = rows.append_column("__nan", pc.is_nan(rows.column(value)))
+        spec.append(("__nan", "any"))
+    span = rows.group_by(list(groups), use_threads=False).aggregate(spec)
+    return max_nan_greatest(span, f"{value}_max", "__nan_any") if floating else span
 
 
 def _acc_fields(i: int, agg: Aggregate, input_type: pa.DataType | None) -> list[pa.Field]:
