@@ -5,11 +5,12 @@ State (docs/operators/aggregate.md):
 
 - ``results``: one row per group, its key, its row count and each
   aggregate's accumulator (a count, a sum and a count, the current min);
-- ``extremes_<col>`` (changelog input only): the rows' non-null values of a
-  ``min`` / ``max`` column, keyed ``(group, value, row identity)`` with a
-  multiplicity, RisingWave's materialized input: when the current min is
-  retracted, the next one is the least value left among the group's rows;
-- ``distinct_<col>``: ``(group, value) -> count`` for ``count(distinct)``.
+- ``values_<col>``: ``(group, value) -> rows`` of a column that a
+  ``count(distinct)`` or a ``min`` / ``max`` over a changelog aggregates,
+  one table for all of them (Flink's ``MapView`` of value counts in its
+  min / max with retraction): when the current min is retracted, the next
+  one is the least value left in the group; a value's count leaving or
+  returning to zero moves the group's distinct count.
 
 A batch is folded first: every aggregate but a custom one is a sum of signed
 deltas, worked per group in Arrow; each touched group's state is read once,
@@ -72,10 +73,7 @@ class GroupAggregate(Operator):
     columns after the keys (see :class:`Aggregate`). ``having`` keeps the
     groups whose result (a mapping of output column to value) it accepts.
     ``changelog=False`` takes an append stream only (a retraction is an
-    error), which needs no materialized input for ``min`` / ``max``.
-    ``row_key`` names input columns that identify a row (default: all
-    columns other than the group key and the aggregated one, with a count of
-    identical rows).
+    error), which needs no value counts for ``min`` / ``max``.
 
     The output is an upsert changelog keyed by the group: ``+I`` when a group
     appears (or starts to pass ``having``), ``-U`` / ``+U`` when its result
@@ -97,7 +95,6 @@ class GroupAggregate(Operator):
         aggregates: Sequence[Aggregate],
         having: Callable[[Mapping[str, Any]], bool] | None = None,
         changelog: bool = True,
-        row_key: Sequence[str] | None = None,
         name: str = "group_aggregate",
         update_before: bool = True,
     ) -> None:
@@ -120,8 +117,6 @@ class GroupAggregate(Operator):
             raise InputError(f"output columns {names} name a column twice")
         aggregated = sorted({a.column for a in aggregates if a.column is not None})
         check_names(schema, aggregated, "aggregate")
-        if row_key is not None:
-            check_names(schema, row_key, "row_key")
         self.name = name
         self.key_columns = tuple(group_by)
         self.partition_keys = (self.key_columns,)
@@ -167,41 +162,27 @@ class GroupAggregate(Operator):
             update_before=update_before,
         )
         tables = [TableSchema(1, state, list(group_by), name="results")]
-        #: Per value column: its table name (min/max share one, scanned either way).
-        self._extremes: dict[str, str] = {}
-        self._distinct: dict[str, str] = {}
-        self._identity: dict[str, list[str]] = {}
+        #: Per value column that a min / max over a changelog or a
+        #: count(distinct) aggregates: the name of its value counts table.
+        self._values: dict[str, str] = {}
         for agg in aggregates:
             column = agg.column
             assert column is not None or agg.kind is Kind.COUNT_STAR
-            wanted = None
-            if agg.kind in (Kind.MIN, Kind.MAX) and changelog:
-                wanted = self._extremes
-            elif agg.kind is Kind.COUNT_DISTINCT:
-                wanted = self._distinct
-            if wanted is None or column is None or column in wanted:
+            counted = agg.kind is Kind.COUNT_DISTINCT or (
+                agg.kind in (Kind.MIN, Kind.MAX) and changelog
+            )
+            if not counted or column is None or column in self._values:
                 continue
-            table_name = f"{'extremes' if wanted is self._extremes else 'distinct'}_{column}"
-            wanted[column] = table_name
-            value = pa.field(_VALUE, schema.field(column).type)
-            identity: list[str] = []
-            if wanted is self._extremes:
-                identity = (
-                    list(row_key)
-                    if row_key is not None
-                    else [n for n in schema.names if n not in group_by and n != column]
-                )
-                self._identity[column] = identity
+            self._values[column] = table_name = f"values_{column}"
             tables.append(
                 TableSchema(
                     len(tables) + 1,
                     [
                         *key_fields,
-                        value,
-                        *(schema.field(n) for n in identity),
+                        pa.field(_VALUE, schema.field(column).type),
                         pa.field(_COUNT, pa.int64(), nullable=False),
                     ],
-                    [*group_by, KeyColumn(_VALUE), *identity],
+                    [*group_by, KeyColumn(_VALUE)],
                     name=table_name,
                 )
             )
@@ -241,10 +222,8 @@ class GroupAggregate(Operator):
         sign = signs(batch, self.name, self.changelog)
         touched = self._fold(batch, sign)
         results = ctx.table("results")
-        for column, table_name in self._extremes.items():
-            self._apply_extremes(ctx, ctx.table(table_name), batch, sign, column, touched)
-        for column, table_name in self._distinct.items():
-            self._apply_distinct(ctx.table(table_name), batch, sign, column, touched)
+        for column, table_name in self._values.items():
+            self._apply_values(ctx, ctx.table(table_name), batch, sign, column, touched)
         if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
             finish_in_arrow(
                 ctx, results, touched.folded, touched.extremes, touched.distinct, self.layout
@@ -301,7 +280,7 @@ class GroupAggregate(Operator):
             folded = folded.sort_by([(g, "ascending") for g in groups])
         return Touched(folded, groups)
 
-    def _apply_extremes(
+    def _apply_values(
         self,
         ctx: OperatorContext,
         table: StateTable,
@@ -310,19 +289,54 @@ class GroupAggregate(Operator):
         column: str,
         touched: Touched,
     ) -> None:
-        """Find the new extreme of each group the batch changed, then apply
-        the batch to the min / max column's materialized input: the batch's
-        new values against the stored extreme, or, for a group that lost
-        it, the least (min) or greatest (max) value of its rows once the
-        batch applies (:meth:`_ends`)."""
-        identity = self._identity[column]
-        arrays = [
-            *(batch.column(k) for k in self.key_columns),
-            batch.column(column),
-            *(batch.column(n) for n in identity),
-        ]
+        """Apply the batch to a value column's counts, ``(group, value) ->
+        rows``, and from them work out its min / max and count(distinct):
+
+        - a min / max is the batch's new values against the stored extreme,
+          or, for a group that lost it, the least (min) or greatest (max)
+          value left once the batch applies (:meth:`_ends`, read before the
+          batch is written);
+        - a value whose count leaves zero adds one to its group's distinct
+          count, one whose count returns to zero takes one away.
+
+        A retraction of a value the group does not hold is reported to the
+        stage's policy (``report_unheld``)."""
+        arrays = [*(batch.column(k) for k in self.key_columns), batch.column(column)]
         net = ascending(net_changes(arrays, sign, pc.is_valid(batch.column(column))))
-        # Per group, the least and greatest value it lost and gained.
+        extremes = [
+            i
+            for i, agg in enumerate(self.aggregates)
+            if agg.column == column and agg.kind in (Kind.MIN, Kind.MAX) and self.changelog
+        ]
+        rescans, won = self._lost_extremes(ctx, net, extremes, touched) if extremes else ({}, None)
+        needed = np.unique(np.concatenate([np.empty(0, np.int64), *rescans.values()])).tolist()
+        ends = self._ends(table, touched, needed, net)
+        rows = pa.table(net.columns[:-1], names=table.schema.columns.names[:-1])
+        before, after = add_counts(table, rows, net.column("__s_sum"))
+        report_unheld(ctx, rows, after, self.layout.keys)
+        for i, at in rescans.items():
+            assert won is not None
+            is_min = self.aggregates[i].kind is Kind.MIN
+            rescanned = {g: ends.get(g, (None, None))[0 if is_min else 1] for g in at.tolist()}
+            gained, values = won[0], pylists([won[1] if is_min else won[2]])[0]
+            touched.extremes[i] = (
+                rescanned,
+                {g: v for g, v in zip(gained.tolist(), values, strict=True) if g not in rescanned},
+            )
+        if any(a.kind is Kind.COUNT_DISTINCT and a.column == column for a in self.aggregates):
+            change = self._distinct_steps(rows, before, after, touched)
+            for i, agg in enumerate(self.aggregates):
+                if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
+                    touched.distinct[i] = change
+
+    def _lost_extremes(
+        self, ctx: OperatorContext, net: pa.Table, extremes: list[int], touched: Touched
+    ) -> tuple[dict[int, np.ndarray], tuple[np.ndarray, pa.Array, pa.Array]]:
+        """Of the min / max aggregates ``extremes`` (indices) over one
+        column: per aggregate, the touched groups (indices) that lost a
+        value not strictly beyond their stored extreme, and need a rescan;
+        and the groups that gained values, with the least and greatest
+        value each gained."""
         groups = [f"__k{j}" for j in range(self.layout.keys)]
         value = f"__k{self.layout.keys}"
         delta = net.column("__s_sum")
@@ -331,46 +345,31 @@ class GroupAggregate(Operator):
             span = _spans(rows, groups, value)
             at = touched.positions([span.column(g) for g in groups])
             spans.append((at, span.column(f"{value}_min"), span.column(f"{value}_max")))
-        (lost, lost_min, lost_max), (won, won_min, won_max) = spans
-        # A group needs a scan only if it lost its extreme (or a value not
-        # strictly beyond it): compare with the stored extreme, one multi-get.
+        (lost, lost_min, lost_max), won = spans
+        # Compare what each group lost with its stored extreme: one multi-get.
         _, stored, _ = stored_states(ctx.table("results"), touched.folded, lost)
-        rescans: dict[int, Any] = {}
-        for i, agg in enumerate(self.aggregates):
-            if agg.column != column or agg.kind not in (Kind.MIN, Kind.MAX):
-                continue
+        rescans: dict[int, np.ndarray] = {}
+        for i in extremes:
             current = stored.column(self.layout.accumulators[i].start).combine_chunks()
             beyond = (
                 spark_above(lost_min, current)
-                if agg.kind is Kind.MIN
+                if self.aggregates[i].kind is Kind.MIN
                 else spark_above(current, lost_max)
             )
             kept = pc.fill_null(beyond, False).to_numpy(zero_copy_only=False)
             rescans[i] = lost[~kept]
-        # Every group that lost its extreme, read in one go before the
-        # batch is written: its least and greatest value once it is.
-        needed = np.unique(np.concatenate([np.empty(0, np.int64), *rescans.values()])).tolist()
-        ends = self._ends(table, touched, needed, net)
-        self._write_counts(ctx, table, net)
-        for i, at in rescans.items():
-            is_min = self.aggregates[i].kind is Kind.MIN
-            rescanned = {g: ends.get(g, (None, None))[0 if is_min else 1] for g in at.tolist()}
-            won_values = pylists([won_min if is_min else won_max])[0]
-            touched.extremes[i] = (
-                rescanned,
-                {g: v for g, v in zip(won.tolist(), won_values, strict=True) if g not in rescanned},
-            )
+        return rescans, won
 
     def _ends(
         self, table: StateTable, touched: Touched, groups: list[int], net: pa.Table
     ) -> dict[int, tuple[Any, Any]]:
         """Of each of ``groups`` (indices of touched groups) left holding a
-        value in ``table`` (a min / max column's materialized input) once
-        the batch's ``net`` changes apply: its least and greatest value.
-        One read of the groups' rows before the batch is written (so none
-        of its writes is merged over the read), and the changes added to
-        them in Arrow: a row stays while its count is above zero, as
-        :meth:`_write_counts` keeps it."""
+        value in ``table`` (a value column's counts) once the batch's
+        ``net`` changes apply: its least and greatest value. One read of the
+        groups' rows before the batch is written (so none of its writes is
+        merged over the read), and the changes added to them in Arrow: a
+        value stays while its count is above zero, as ``add_counts`` keeps
+        it."""
         if not groups:
             return {}
         k = self.layout.keys
@@ -390,30 +389,11 @@ class GroupAggregate(Operator):
         low, high = pylists([ends.column(f"{value}_min"), ends.column(f"{value}_max")])
         return dict(zip(at.tolist(), zip(low, high, strict=True), strict=True))
 
-    def _write_counts(self, ctx: OperatorContext, table: StateTable, net: pa.Table) -> None:
-        """Add a batch's net changes (key columns, then ``__s_sum``) to a
-        materialized input's multiplicities, in batches; a retraction of a
-        row it does not hold is counted."""
-        names = table.schema.columns.names[:-1]
-        rows = pa.table(net.columns[:-1], names=names)
-        _, after = add_counts(table, rows, net.column("__s_sum"))
-        report_unheld(ctx, rows, after, self.layout.keys)
-
-    def _apply_distinct(
-        self,
-        table: StateTable,
-        batch: pa.RecordBatch,
-        sign: pa.Array,
-        column: str,
-        touched: Touched,
-    ) -> None:
-        """Apply the batch to a ``count(distinct)`` column's value counts; a
-        value whose count leaves zero adds one to its group's distinct count,
-        one whose count returns to zero takes one away."""
-        arrays = [*(batch.column(k) for k in self.key_columns), batch.column(column)]
-        net = ascending(net_changes(arrays, sign, pc.is_valid(batch.column(column))))
-        rows = pa.table(net.columns[:-1], names=table.schema.columns.names[:-1])
-        before, after = add_counts(table, rows, net.column("__s_sum"))
+    def _distinct_steps(
+        self, rows: pa.Table, before: pa.Array, after: pa.Array, touched: Touched
+    ) -> dict[int, int]:
+        """Per touched group (index) whose count(distinct) the batch moved:
+        by how much, from each value's count ``before`` and ``after`` it."""
         # +1 where a value's count leaves zero, -1 where it returns to it.
         step = pc.subtract(
             pc.cast(pc.greater(after, 0), pa.int64()), pc.cast(pc.greater(before, 0), pa.int64())
@@ -424,10 +404,7 @@ class GroupAggregate(Operator):
         n = touched.folded.num_rows
         steps = np.bincount(groups[up], minlength=n) - np.bincount(groups[~up], minlength=n)
         changed = np.flatnonzero(steps)
-        change = dict(zip(changed.tolist(), steps[changed].tolist(), strict=True))
-        for i, agg in enumerate(self.aggregates):
-            if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
-                touched.distinct[i] = change
+        return dict(zip(changed.tolist(), steps[changed].tolist(), strict=True))
 
 
 def _spans(rows: pa.Table, groups: Sequence[str], value: str) -> pa.Table:

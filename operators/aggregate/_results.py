@@ -42,7 +42,7 @@ __all__ = [
 class Touched:
     """A batch's effect on its groups (by group index, in key order): the
     folded batch, one row per group, and what the
-    materialized inputs found."""
+    value columns' counts found."""
 
     def __init__(self, folded: pa.Table, groups: list[str]) -> None:
         self.folded = folded
