@@ -162,20 +162,49 @@ def aligned(stored: pa.RecordBatch, found: pa.BooleanArray, n: int) -> pa.Table:
     return pa.Table.from_batches([stored]).take(index) if n else pa.Table.from_batches([stored])
 
 
-def add_counts(table: StateTable, rows: pa.Table, deltas: pa.Array) -> tuple[pa.Array, pa.Array]:
+def add_counts(
+    table: StateTable,
+    rows: pa.Table,
+    deltas: pa.Array,
+    read: tuple[pa.RecordBatch, Any] | None = None,
+) -> tuple[pa.Array, pa.Array]:
     """Add each row's net change to its multiplicity in ``table``, whose last
     column is the count and whose other columns ``rows`` holds (distinct
     keys, by name), in batches: one multi-get, then the rows that come in
     inserted, changed ones updated, those whose count reaches zero or below
     deleted. Returns each row's count before and after (below zero: it
-    retracted more than the table held, which the caller may count)."""
+    retracted more than the table held, which the caller may count).
+
+    ``read`` is what the caller read of the table this epoch already: every
+    stored row of some key prefixes (as :meth:`StateTable.scan_prefixes`
+    gives them), and per row of ``rows`` whether it falls under one of them
+    (a numpy boolean array). Those rows' counts are found among the rows
+    read, or are zero; only the others are looked up."""
     rows = counted_rows(table, rows)
+    if read is None:
+        before = _held(table, rows)
+    else:
+        stored, under = read
+        before = np.zeros(rows.num_rows, dtype=np.int64)
+        before[~under] = _held(table, rows.filter(pa.array(~under))).to_numpy()
+        if stored.num_rows:
+            mine = table.keys.encode_arrow(rows.filter(pa.array(under)))
+            at = pc.index_in(mine, value_set=table.keys.encode_arrow(stored))
+            counts = stored.column(stored.num_columns - 1).take(at)
+            before[under] = pc.fill_null(counts, 0).to_numpy(zero_copy_only=False)
+        before = pa.array(before)
+    after = pc.add(before, deltas)
+    # A stored count is above zero: a row is held where its count was.
+    write_counts(table, rows, pc.greater(before, 0), after)
+    return before, after
+
+
+def _held(table: StateTable, rows: pa.Table) -> pa.Array:
+    """Each of ``rows``' count in the multiplicity ``table`` (0: not held),
+    in one multi-get."""
     stored, found = table.get_batch(rows)
     old = aligned(stored, found, rows.num_rows)
-    before = pc.fill_null(old.column(old.num_columns - 1), 0).combine_chunks()
-    after = pc.add(before, deltas)
-    write_counts(table, rows, found, after)
-    return before, after
+    return pc.fill_null(old.column(old.num_columns - 1), 0).combine_chunks()
 
 
 def counted_rows(table: StateTable, rows: pa.Table) -> pa.Table:

@@ -49,7 +49,6 @@ from operators.aggregate._results import (
     finish_in_arrow,
     max_nan_greatest,
     spark_above,
-    stored_states,
 )
 from operators.errors import InputError
 from statestore import ConsistencyMode, StateTable
@@ -226,7 +225,13 @@ class GroupAggregate(Operator):
             self._apply_values(ctx, ctx.table(table_name), batch, sign, column, touched)
         if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
             finish_in_arrow(
-                ctx, results, touched.folded, touched.extremes, touched.distinct, self.layout
+                ctx,
+                results,
+                touched.folded,
+                touched.extremes,
+                touched.distinct,
+                self.layout,
+                touched.states(results),
             )
             return
         stored = results.get_rows(touched.keys)
@@ -310,9 +315,19 @@ class GroupAggregate(Operator):
         ]
         rescans, won = self._lost_extremes(ctx, net, extremes, touched) if extremes else ({}, None)
         needed = np.unique(np.concatenate([np.empty(0, np.int64), *rescans.values()])).tolist()
-        ends = self._ends(table, touched, needed, net)
         rows = pa.table(net.columns[:-1], names=table.schema.columns.names[:-1])
-        before, after = add_counts(table, rows, net.column("__s_sum"))
+        read = None
+        if needed:
+            # The groups' rows, read before the batch is written (so none of
+            # its writes is merged over the read): for their new extremes,
+            # and the counts of the batch's rows in them, not looked up again.
+            stored = table.scan_prefixes([touched.keys[g] for g in needed])
+            wanted = np.zeros(touched.folded.num_rows, dtype=bool)
+            wanted[needed] = True
+            under = wanted[touched.positions(net.columns[: self.layout.keys])]
+            read = (stored, under)
+        ends = self._ends(touched, net, read)
+        before, after = add_counts(table, rows, net.column("__s_sum"), read)
         report_unheld(ctx, rows, after, self.layout.keys)
         for i, at in rescans.items():
             assert won is not None
@@ -346,8 +361,8 @@ class GroupAggregate(Operator):
             at = touched.positions([span.column(g) for g in groups])
             spans.append((at, span.column(f"{value}_min"), span.column(f"{value}_max")))
         (lost, lost_min, lost_max), won = spans
-        # Compare what each group lost with its stored extreme: one multi-get.
-        _, stored, _ = stored_states(ctx.table("results"), touched.folded, lost)
+        # Compare what each group lost with its stored extreme.
+        stored = touched.states(ctx.table("results"))[1].take(pa.array(lost, pa.int64()))
         rescans: dict[int, np.ndarray] = {}
         for i in extremes:
             current = stored.column(self.layout.accumulators[i].start).combine_chunks()
@@ -361,23 +376,20 @@ class GroupAggregate(Operator):
         return rescans, won
 
     def _ends(
-        self, table: StateTable, touched: Touched, groups: list[int], net: pa.Table
+        self, touched: Touched, net: pa.Table, read: tuple[pa.RecordBatch, Any] | None
     ) -> dict[int, tuple[Any, Any]]:
-        """Of each of ``groups`` (indices of touched groups) left holding a
-        value in ``table`` (a value column's counts) once the batch's
-        ``net`` changes apply: its least and greatest value. One read of the
-        groups' rows before the batch is written (so none of its writes is
-        merged over the read), and the changes added to them in Arrow: a
+        """Of each rescanned group (``read``: the rows of a value column's
+        counts read for them, and which of the batch's ``net`` changes fall
+        in them) left holding a value once the changes apply: its least and
+        greatest value. The changes are added to the rows read in Arrow: a
         value stays while its count is above zero, as ``add_counts`` keeps
         it."""
-        if not groups:
+        if read is None:
             return {}
         k = self.layout.keys
         names = net.column_names
-        stored = table.scan_prefixes([touched.keys[g] for g in groups])
-        wanted = np.zeros(touched.folded.num_rows, dtype=bool)
-        wanted[groups] = True
-        changes = net.filter(pa.array(wanted[touched.positions(net.columns[:k])]))
+        stored, under = read
+        changes = net.filter(pa.array(under))
         rows = pa.concat_tables(
             [pa.table(stored.columns, names=names), pa.table(changes.columns, names=names)]
         )

@@ -53,6 +53,14 @@ class Touched:
         self.extremes: dict[int, tuple[dict[int, Any], dict[int, Any]]] = {}
         #: count(distinct): per aggregate position, group -> change of the count.
         self.distinct: dict[int, dict[int, int]] = {}
+        self._states: tuple[pa.Table, pa.Table, pa.BooleanArray] | None = None
+
+    def states(self, results: StateTable) -> tuple[pa.Table, pa.Table, pa.BooleanArray]:
+        """:func:`stored_states` of every touched group, read once a batch:
+        the batch writes the results table only at its end."""
+        if self._states is None:
+            self._states = stored_states(results, self.folded)
+        return self._states
 
     @functools.cached_property
     def keys(self) -> list[Row]:
@@ -123,16 +131,18 @@ def finish_in_arrow(
     extremes: Mapping[int, tuple[dict[int, Any], dict[int, Any]]],
     distinct: Mapping[int, dict[int, int]],
     layout: ResultLayout,
+    states: tuple[pa.Table, pa.Table, pa.BooleanArray],
 ) -> None:
     """Write each touched group's new state and emit its result's change, as
     ``layout`` says (no ``-U`` of a changed result without ``update_before``,
-    only its ``+U``)."""
+    only its ``+U``); ``states`` are the groups' stored states
+    (:func:`stored_states`)."""
     aggregates, output, specials = layout.aggregates, layout.output, layout.specials
     changelog, having, update_before = layout.changelog, layout.having, layout.update_before
     n = folded.num_rows
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
-    keys, old, found = stored_states(results, folded)
+    keys, old, found = states
     rows = pc.add(pc.fill_null(old.column(k), 0), folded.column("__s_sum"))
     new_columns: list[pa.Array | pa.ChunkedArray] = [*keys.columns, rows]
     position = k + 1
@@ -207,16 +217,14 @@ def _width(kind: Kind) -> int:
 
 
 def stored_states(
-    results: StateTable, folded: pa.Table, at: Sequence[int] | None = None
+    results: StateTable, folded: pa.Table
 ) -> tuple[pa.Table, pa.Table, pa.BooleanArray]:
-    """The group keys of ``folded`` (its rows ``at``, or all) as the results
-    table's key columns, the groups' stored states at their places (null
-    rows where none), and whether each was found: one batch read."""
+    """The group keys of ``folded`` as the results table's key columns, the
+    groups' stored states at their places (null rows where none), and
+    whether each was found: one batch read."""
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
     groups = folded.select([f"__g{j}" for j in range(k)])
-    if at is not None:
-        groups = groups.take(pa.array(at, pa.int64()))
     keys = groups.rename_columns(state_schema.names[:k]).cast(
         pa.schema([state_schema.field(j) for j in range(k)])
     )

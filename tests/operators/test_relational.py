@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from encoding import TableSchema
@@ -36,6 +37,37 @@ class TestAddCounts:
         assert after.to_pylist() == [5, 0, -2, 1, -2]
         assert unheld(after) == 4
         assert sorted(table.scan()) == [("a", 1, 5), ("c", 1, 1)]
+
+    def test_counts_already_read_are_not_looked_up(self) -> None:
+        """Given the rows read under some prefixes (group ``a``'s), the rows
+        under them take their counts from those rows, or zero where the read
+        holds none, and only the others are looked up: the same counts and
+        writes as without, and the looked-up rows are exactly the others."""
+        store = StateStore.in_memory("op", 0, [COUNTS], ConsistencyMode.UNCHECKED)
+        store.load(None)
+        table = store.table("counts")
+        for row in [("a", 1, 2), ("a", 2, 1), ("b", 1, 1)]:
+            table.insert(row)
+        store.commit(0)
+        store.load(0)
+        table = store.table("counts")
+        read = table.scan_prefixes([("a",)])
+        looked_up: list[list[tuple[object, ...]]] = []
+        get_batch = table.get_batch
+
+        def spy(rows: pa.Table) -> tuple[pa.RecordBatch, pa.BooleanArray]:
+            looked_up.append([tuple(r.values()) for r in rows.to_pylist()])
+            return get_batch(rows)
+
+        table.get_batch = spy  # type: ignore[method-assign]
+        rows = pa.table({"g": ["a", "a", "a", "b", "c"], "v": [1, 2, 3, 1, 1]})
+        under = np.array([True, True, True, False, False])
+        deltas = pa.array([1, -1, 1, -1, 1], pa.int64())
+        before, after = add_counts(table, rows, deltas, (read, under))
+        assert looked_up == [[("b", 1), ("c", 1)]]
+        assert before.to_pylist() == [2, 1, 0, 1, 0]
+        assert after.to_pylist() == [3, 0, 1, 0, 1]
+        assert sorted(table.scan()) == [("a", 1, 3), ("a", 3, 1), ("c", 1, 1)]
 
 
 class TestNetChanges:
