@@ -61,8 +61,8 @@ def top_n_batch(
     touched partition's change of its top; ``to_input`` places the stored
     columns in the output's order."""
     rows = counted_rows(table, rows)
-    partitions = list(dict.fromkeys(key_tuples(rows.columns[:partition_columns], rows.num_rows)))
-    stored = pa.Table.from_batches([_touched(table, partitions, partition_columns)])
+    partitions = _Partitions(rows, partition_columns)
+    stored = pa.Table.from_batches([_touched(table, partitions)])
     before = _tops(stored, partition_columns, offset, limit)
     stored_keys = table.keys.encode_arrow(stored)
     row_keys = table.keys.encode_arrow(rows)
@@ -74,7 +74,8 @@ def top_n_batch(
     counts = pc.add(held, deltas)
     write_counts(table, rows, found, counts)
     report_unheld(ctx, rows, counts, partition_columns)
-    now = _laid_over(stored, stored_keys, rows, row_keys, at, counts, partitions, partition_columns)
+    want = offset + limit
+    now = _laid_over(stored, stored_keys, rows, row_keys, at, counts, partitions, want)
     after = _tops(now, partition_columns, offset, limit)
     left, entered = _difference(before, after)
     for kind, out in ((RowKind.DELETE, left), (RowKind.INSERT, entered)):
@@ -89,21 +90,25 @@ def _laid_over(
     row_keys: pa.Array,
     at: pa.Array,
     counts: pa.Array,
-    partitions: list[tuple[Any, ...]],
-    partition_columns: int,
+    partitions: _Partitions,
+    want: int,
 ) -> pa.Table:
-    """The touched partitions' rows after the batch, as :func:`_touched`
-    would read them now: ``stored`` (read before, with its key bytes) less
-    the rows the batch changed (``rows``, found at ``at``), and those of
-    them still held at their new ``counts``; partitions in the order of
-    ``partitions``, each in key order (its rows' key bytes)."""
+    """The touched partitions' rows after the batch that can be among the
+    first ``want`` copies of their partition, as :func:`_touched` would read
+    them now: ``stored`` (read before, with its key bytes) less the rows the
+    batch changed (``rows``, found at ``at``), and those of them still held
+    at their new ``counts``; partitions in the batch's order, each
+    in key order (its rows' key bytes). A stored row the batch left with
+    ``want`` copies of its partition's other left rows before it is not
+    among them, as the batch's rows only push it further down: it is left
+    out before the sort."""
     keep = np.ones(stored.num_rows, dtype=bool)
     keep[at.drop_null().to_numpy()] = False
+    keep &= _copies_before(stored, keep, partitions.columns) < want
     kept = stored.filter(pa.array(keep))
     alive = pc.greater(counts, 0)
     changed = pa.Table.from_arrays([*rows.columns, counts], schema=stored.schema).filter(alive)
-    rank_of = {p: i for i, p in enumerate(partitions)}
-    ranks = [_ranks(part, rank_of, partition_columns) for part in (kept, changed)]
+    ranks = [partitions.ranks(part) for part in (kept, changed)]
     order = pc.sort_indices(
         pa.table(
             {
@@ -116,31 +121,64 @@ def _laid_over(
     return pa.concat_tables([kept, changed]).take(order)
 
 
-def _ranks(rows: pa.Table, rank_of: dict[tuple[Any, ...], int], partition_columns: int) -> Any:
-    """Each row's partition's place in the batch's order (``rank_of``), the
-    rows of a partition together: looked up once per run of a partition."""
-    n = rows.num_rows
-    starts = run_starts(rows.columns[:partition_columns], n)
+def _copies_before(stored: pa.Table, keep: Any, partition_columns: int) -> Any:
+    """Per row of ``stored`` (rows with their count last, each partition's
+    together and in key order): how many copies of its partition's rows
+    before it that ``keep`` keeps (a numpy array)."""
+    counts = stored.column(stored.num_columns - 1).to_numpy(zero_copy_only=False)
+    kept_counts = np.where(keep, counts, 0)
+    through = np.cumsum(kept_counts)
+    starts = run_starts(stored.columns[:partition_columns], stored.num_rows)
     first = np.flatnonzero(starts)
-    keys = key_tuples(
-        [c.take(pa.array(first)) for c in rows.columns[:partition_columns]], len(first)
-    )
-    per_run = np.array([rank_of[k] for k in keys], dtype=np.int64)
-    return per_run[np.cumsum(starts) - 1] if n else per_run
+    at_start = (through - kept_counts)[first]
+    return through - kept_counts - at_start[np.cumsum(starts) - 1]
 
 
-def _touched(
-    table: StateTable, partitions: list[tuple[Any, ...]], partition_columns: int
-) -> pa.RecordBatch:
+class _Partitions:
+    """The partitions a batch touches, in the order they first appear in it
+    (the row path's order), and each row's partition's place in it."""
+
+    def __init__(self, rows: pa.Table, columns: int) -> None:
+        self.columns = columns
+        #: The partition key's values in that order, where it is one column:
+        #: Arrow's ``unique`` keeps the order of first appearance.
+        self.values: pa.Array | None = None
+        if columns == 1:
+            self.values = pc.unique(key_equal_values(rows.column(0).combine_chunks()))
+            self.keys: list[tuple[Any, ...]] = [(v,) for v in self.values.to_pylist()]
+        else:
+            self.keys = list(dict.fromkeys(key_tuples(rows.columns[:columns], rows.num_rows)))
+
+    def ranks(self, rows: pa.Table) -> Any:
+        """Each row's partition's place in the batch's order (a numpy array;
+        ``rows`` all of touched partitions, each partition's together): one
+        Arrow lookup where the key is one column, else one per run of a
+        partition."""
+        if self.values is not None:
+            column = key_equal_values(rows.column(0).combine_chunks())
+            at = pc.index_in(column, value_set=self.values, skip_nulls=False)
+            return np.asarray(at.to_numpy(zero_copy_only=False), np.int64)
+        rank_of = {p: i for i, p in enumerate(self.keys)}
+        n = rows.num_rows
+        starts = run_starts(rows.columns[: self.columns], n)
+        first = np.flatnonzero(starts)
+        keys = key_tuples(
+            [c.take(pa.array(first)) for c in rows.columns[: self.columns]], len(first)
+        )
+        per_run = np.array([rank_of[k] for k in keys], dtype=np.int64)
+        return per_run[np.cumsum(starts) - 1] if n else per_run
+
+
+def _touched(table: StateTable, partitions: _Partitions) -> pa.RecordBatch:
     """The stored rows of ``partitions``, each partition's together and in
-    key order, the partitions in the order given: a read per partition, or,
-    when they are many of the table's rows and the partition key is one
+    key order, the partitions in the batch's order: a read per partition,
+    or, when they are many of the table's rows and the partition key is one
     column, one read of the whole table matched in Arrow (a row read in a
     scan costs a small part of a read's own cost)."""
-    if partition_columns != 1 or table.row_count > _ROWS_PER_PARTITION * len(partitions):
-        return table.scan_ranges([(p, None, None) for p in partitions])
+    wanted = partitions.values
+    if wanted is None or table.row_count > _ROWS_PER_PARTITION * len(wanted):
+        return table.scan_ranges([(p, None, None) for p in partitions.keys])
     stored = table.scan_batch()
-    wanted = key_equal_values(pa.array([p[0] for p in partitions], stored.schema.field(0).type))
     rank = pc.index_in(key_equal_values(stored.column(0)), value_set=wanted, skip_nulls=False)
     stored = stored.filter(pc.is_valid(rank))
     return stored.take(pc.sort_indices(rank.drop_null()))
