@@ -223,6 +223,7 @@ class GroupAggregate(Operator):
         results = ctx.table("results")
         for column, table_name in self._values.items():
             self._apply_values(ctx, ctx.table(table_name), batch, sign, column, touched)
+        self._clear_emptied(ctx, touched)
         if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
             finish_in_arrow(
                 ctx,
@@ -343,6 +344,29 @@ class GroupAggregate(Operator):
             for i, agg in enumerate(self.aggregates):
                 if agg.kind is Kind.COUNT_DISTINCT and agg.column == column:
                     touched.distinct[i] = change
+
+    def _clear_emptied(self, ctx: OperatorContext, touched: Touched) -> None:
+        """Delete what the value columns' counts still hold of the groups
+        whose row count the batch left at zero or below (the results table
+        holds no row of them), as Flink clears a group's accumulators then.
+        On a clean changelog nothing is left by then; after a retraction of
+        a value a group did not hold (counted when it came), its row count
+        falls while its counts stay, and what they hold would be the min,
+        max and distinct count of the group's next rows."""
+        if not self._values:
+            return
+        k = self.layout.keys
+        old = touched.states(ctx.table("results"))[1]
+        rows = pc.add(pc.fill_null(old.column(k), 0), touched.folded.column("__s_sum"))
+        emptied = np.flatnonzero(pc.less_equal(rows, 0).to_numpy(zero_copy_only=False))
+        if not len(emptied):
+            return
+        prefixes = [touched.keys[g] for g in emptied.tolist()]
+        for table_name in self._values.values():
+            table = ctx.table(table_name)
+            left = table.scan_prefixes(prefixes)
+            if left.num_rows:
+                table.delete_keys(left.select(range(k + 1)))
 
     def _lost_extremes(
         self, ctx: OperatorContext, net: pa.Table, extremes: list[int], touched: Touched

@@ -220,6 +220,25 @@ class TestFoldAndNulls:
         assert h.last_metrics["numRetractionsOfUnknownRows"] == 1
         assert sorted(h.table("values_v").scan()) == [("a", 7, 1), ("a", 9, 1)]
 
+    def test_emptied_group_keeps_no_values(self, make: Callable[..., OperatorHarness]) -> None:
+        """A group whose row count a dirty retraction takes to zero keeps no
+        value counts (Flink clears the group's accumulators): the group's
+        next rows alone make its min, max and distinct count, whether the
+        group was held before or first came in the same batch."""
+        aggregates = [Aggregate.min("v"), Aggregate.max("v"), Aggregate.count_distinct("v")]
+        h = make([Aggregate.count(), *aggregates])
+        step(h, [("a", 5, 1)])
+        assert step(h, [("a", 7, 2)], kinds=[DEL]) == [(DEL, ("a", 1, 5, 5, 1))]
+        assert step(h, [("b", 3, 3), ("b", 4, 4), ("b", 8, 5)], kinds=[INS, DEL, DEL]) == []
+        assert list(h.table("values_v").scan()) == []
+        assert step(h, [("a", 9, 6), ("a", 10, 7), ("b", 6, 8)]) == [
+            (INS, ("a", 2, 9, 10, 2)),
+            (INS, ("b", 1, 6, 6, 1)),
+        ]
+        out = step(h, [("a", 9, 6), ("b", 6, 8)], kinds=[DEL, DEL])
+        expected = [(UB, ("a", 2, 9, 10, 2)), (UA, ("a", 1, 10, 10, 1)), (DEL, ("b", 1, 6, 6, 1))]
+        assert sorted(out, key=repr) == sorted(expected, key=repr)
+
 
 class TestRetractionToNull:
     def test_avg_back_to_null(self, make: Callable[..., OperatorHarness]) -> None:
@@ -245,7 +264,7 @@ class TestRetractionToNull:
 
     def test_min_max_back_to_null(self, make: Callable[..., OperatorHarness]) -> None:
         """Once only rows with a null value remain, min and max are null (the
-        group stays), and its materialized input is empty."""
+        group stays), and its value counts are empty."""
         h = make([Aggregate.count(), Aggregate.min("v"), Aggregate.max("v")])
         step(h, [("a", 2, 1), ("a", None, 2), ("a", 5, 3)])
         assert step(h, [("a", 2, 1), ("a", 5, 3)], kinds=[DEL, DEL]) == [
@@ -267,8 +286,8 @@ class TestRetractionToNull:
         assert step(h, [("a", 1, 3)]) == [(INS, ("a", 1, 1, 1))]
 
     def test_append_only_min_max(self, make: Callable[..., OperatorHarness]) -> None:
-        """Append-only, min and max are kept in the group's row (no
-        materialized input): a batch's extreme merges with the stored one,
+        """Append-only, min and max are kept in the group's row (no value
+        counts): a batch's extreme merges with the stored one,
         nulls left out."""
         h = make([Aggregate.min("v"), Aggregate.max("v")], changelog=False)
         assert [t.name for t in h.operator.tables] == ["results"]
