@@ -225,15 +225,7 @@ class GroupAggregate(Operator):
             self._apply_values(ctx, ctx.table(table_name), batch, sign, column, touched)
         self._clear_emptied(ctx, touched)
         if not any(a.kind is Kind.CUSTOM for a in self.aggregates):
-            finish_in_arrow(
-                ctx,
-                results,
-                touched.folded,
-                touched.extremes,
-                touched.distinct,
-                self.layout,
-                touched.states(results),
-            )
+            finish_in_arrow(ctx, results, touched, self.layout)
             return
         stored = results.get_rows(touched.keys)
         customs = custom_accumulators(self.layout, batch, sign, touched, stored)
@@ -356,8 +348,7 @@ class GroupAggregate(Operator):
         if not self._values:
             return
         k = self.layout.keys
-        old = touched.states(ctx.table("results"))[1]
-        rows = pc.add(pc.fill_null(old.column(k), 0), touched.folded.column("__s_sum"))
+        rows = touched.rows_after(ctx.table("results"))
         emptied = np.flatnonzero(pc.less_equal(rows, 0).to_numpy(zero_copy_only=False))
         if not len(emptied):
             return

@@ -62,6 +62,14 @@ class Touched:
             self._states = stored_states(results, self.folded)
         return self._states
 
+    def rows_after(self, results: StateTable) -> pa.Array | pa.ChunkedArray:
+        """Each touched group's row count after the batch: its stored count
+        (none for a new group) plus the batch's net rows. At zero or below
+        the group is gone."""
+        old = self.states(results)[1]
+        stored = old.column(len(results.schema.primary_key))
+        return pc.add(pc.fill_null(stored, 0), self.folded.column("__s_sum"))
+
     @functools.cached_property
     def keys(self) -> list[Row]:
         """The group keys as tuples."""
@@ -127,23 +135,20 @@ class ResultLayout:
 def finish_in_arrow(
     ctx: OperatorContext,
     results: StateTable,
-    folded: pa.Table,
-    extremes: Mapping[int, tuple[dict[int, Any], dict[int, Any]]],
-    distinct: Mapping[int, dict[int, int]],
+    touched: Touched,
     layout: ResultLayout,
-    states: tuple[pa.Table, pa.Table, pa.BooleanArray],
 ) -> None:
-    """Write each touched group's new state and emit its result's change, as
-    ``layout`` says (no ``-U`` of a changed result without ``update_before``,
-    only its ``+U``); ``states`` are the groups' stored states
-    (:func:`stored_states`)."""
+    """Write each ``touched`` group's new state and emit its result's
+    change, as ``layout`` says (no ``-U`` of a changed result without
+    ``update_before``, only its ``+U``)."""
     aggregates, output, specials = layout.aggregates, layout.output, layout.specials
     changelog, having, update_before = layout.changelog, layout.having, layout.update_before
+    folded, extremes, distinct = touched.folded, touched.extremes, touched.distinct
     n = folded.num_rows
     state_schema = results.schema.columns
     k = len(results.schema.primary_key)
-    keys, old, found = states
-    rows = pc.add(pc.fill_null(old.column(k), 0), folded.column("__s_sum"))
+    keys, old, found = touched.states(results)
+    rows = touched.rows_after(results)
     new_columns: list[pa.Array | pa.ChunkedArray] = [*keys.columns, rows]
     position = k + 1
     for i, agg in enumerate(aggregates):

@@ -19,6 +19,7 @@ that entered one (``+I``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,14 +141,26 @@ class _Partitions:
 
     def __init__(self, rows: pa.Table, columns: int) -> None:
         self.columns = columns
+        self._rows = rows
         #: The partition key's values in that order, where it is one column:
         #: Arrow's ``unique`` keeps the order of first appearance.
         self.values: pa.Array | None = None
         if columns == 1:
             self.values = pc.unique(key_equal_values(rows.column(0).combine_chunks()))
-            self.keys: list[tuple[Any, ...]] = [(v,) for v in self.values.to_pylist()]
-        else:
-            self.keys = list(dict.fromkeys(key_tuples(rows.columns[:columns], rows.num_rows)))
+
+    @functools.cached_property
+    def keys(self) -> list[tuple[Any, ...]]:
+        """The partition keys as tuples, in that order: made only for a read
+        per partition, or where the key is more than one column."""
+        if self.values is not None:
+            return [(v,) for v in self.values.to_pylist()]
+        rows = self._rows
+        return list(dict.fromkeys(key_tuples(rows.columns[: self.columns], rows.num_rows)))
+
+    @functools.cached_property
+    def _rank_of(self) -> dict[tuple[Any, ...], int]:
+        """Partition key -> its place in the batch's order."""
+        return {p: i for i, p in enumerate(self.keys)}
 
     def ranks(self, rows: pa.Table) -> Any:
         """Each row's partition's place in the batch's order (a numpy array;
@@ -158,7 +171,7 @@ class _Partitions:
             column = key_equal_values(rows.column(0).combine_chunks())
             at = pc.index_in(column, value_set=self.values, skip_nulls=False)
             return np.asarray(at.to_numpy(zero_copy_only=False), np.int64)
-        rank_of = {p: i for i, p in enumerate(self.keys)}
+        rank_of = self._rank_of
         n = rows.num_rows
         starts = run_starts(rows.columns[: self.columns], n)
         first = np.flatnonzero(starts)
